@@ -1,0 +1,31 @@
+"""Run a snippet of Python under another Keras backend (each backend needs its own process)."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import REPO
+
+_MODULE_OF = {"jax": "jax", "torch": "torch", "tensorflow": "tensorflow"}
+
+
+def run_in_backend(backend, code, timeout=300):
+    """Run `code` with KERAS_BACKEND=backend from the repo root; return its stdout.
+
+    Skips the calling test when the backend's package is not installed; fails it (with the
+    subprocess's stderr) when the snippet raises.
+    """
+    if importlib.util.find_spec(_MODULE_OF[backend]) is None:
+        pytest.skip(f"Keras backend {backend!r} is not installed")
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2",
+               JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail(f"snippet failed under KERAS_BACKEND={backend}:\n{proc.stderr[-4000:]}")
+    return proc.stdout

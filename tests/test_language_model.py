@@ -1,0 +1,190 @@
+"""The LM machinery: state carried across windows, the train step, metrics, saving."""
+
+import numpy as np
+import pytest
+import keras
+import tensorflow as tf
+
+from tests.backends import run_in_backend
+from zoo.awd_lstm import AWDLSTM
+
+V = 37
+
+
+def _model(**kw):
+    args = dict(embed_dim=8, hidden_dim=12, num_layers=2, seed=5, bptt=10)
+    args.update(kw)
+    return AWDLSTM(V, **args)
+
+
+def _no_dropout(**kw):
+    args = dict(dropout=0, dropout_h=0, dropout_i=0, dropout_e=0, weight_dropout=0,
+                alpha=0, beta=0)
+    args.update(kw)
+    return _model(**args)
+
+
+def _tokens(shape, seed=0):
+    return np.random.default_rng(seed).integers(0, V, size=shape).astype("int32")
+
+
+def _windows(data, size):
+    for i in range(0, data.shape[1] - 1, size):
+        T = min(size, data.shape[1] - 1 - i)
+        yield data[:, i:i + T], data[:, i + 1:i + 1 + T]
+
+
+def test_windows_with_carried_state_equal_one_long_pass():
+    model = _model()
+    data = _tokens((3, 61))
+    long_pass, _ = model.forward_with_state(data[:, :60], None, training=False)
+    model.reset_stream_states()
+    pieces = [np.asarray(model(x, training=False)) for x, _ in _windows(data, 7)]
+    np.testing.assert_allclose(np.concatenate(pieces, 1), np.asarray(long_pass), atol=1e-5)
+
+
+def test_evaluate_perplexity_is_exp_of_token_mean_nll_over_the_pass():
+    model = _model()
+    model.compile(optimizer="sgd")
+    data = _tokens((2, 48), seed=1)
+    xs, ys = zip(*_windows(data, 10))  # last window shorter: token weighting matters
+    ds = tf.data.Dataset.from_generator(lambda: zip(xs, ys), output_signature=(
+        tf.TensorSpec((2, None), tf.int32), tf.TensorSpec((2, None), tf.int32)))
+    logs = model.evaluate(ds, verbose=0, return_dict=True)
+    log_probs, _ = model.forward_with_state(data[:, :-1], None)
+    lp = np.asarray(log_probs)
+    nll = -np.take_along_axis(lp, data[:, 1:, None], -1).mean()
+    assert logs["perplexity"] == pytest.approx(np.exp(nll), rel=1e-5)
+    again = model.evaluate(ds, verbose=0, return_dict=True)
+    assert again["perplexity"] == pytest.approx(logs["perplexity"], rel=1e-6), \
+        "every evaluate must start from zero state"
+
+
+def test_one_train_step_is_clip_then_window_scaled_sgd_with_l2():
+    lr, clip, wd, bptt = 0.7, 0.05, 0.01, 20
+    model = _no_dropout(clip_norm=clip, weight_decay=wd, bptt=bptt)
+    model.compile(optimizer=keras.optimizers.SGD(lr))
+    x, y = next(_windows(_tokens((4, 12), seed=2), 11))  # T = 11: scale 11/20
+    model.build()
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    with tf.GradientTape() as tape:
+        lp, _ = model.forward_with_state(x, None, training=True)
+        loss = -tf.reduce_mean(tf.gather(lp, y, batch_dims=2))
+    grads = tape.gradient(loss, model.trainable_variables)
+    norm = np.sqrt(sum(float(tf.reduce_sum(g ** 2)) for g in grads))
+    assert norm > clip, "the test needs an active clip"
+    model.reset_stream_states()
+    model.train_on_batch(x, y)
+    scale = 11 / bptt
+    for v, w0, g in zip(model.trainable_variables, before, grads):
+        expected = w0 - lr * scale * (np.asarray(g) * clip / norm + wd * w0)
+        np.testing.assert_allclose(v.numpy(), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_ar_tar_enter_the_training_loss():
+    alpha, beta = 1000.0, 500.0  # large, so the terms stand out of float32 rounding
+    plain = _no_dropout()
+    reg = _no_dropout(alpha=alpha, beta=beta)
+    x, y = next(_windows(_tokens((2, 9)), 8))
+    plain.build(); reg.build()
+    reg.set_weights(plain.get_weights())
+    for m in (plain, reg):
+        m.compile(optimizer=keras.optimizers.SGD(0.0))
+    h = plain.embedding(x)
+    for lstm in plain.lstms:
+        h, _, _ = lstm(h)
+    h = np.asarray(h, np.float64)
+    ar = np.mean(h ** 2)
+    tar = np.mean((h[:, 1:] - h[:, :-1]) ** 2)
+    a = plain.train_on_batch(x, y, return_dict=True)
+    b = reg.train_on_batch(x, y, return_dict=True)
+    assert a["nll"] == pytest.approx(b["nll"], rel=1e-6)
+    assert a["loss"] == pytest.approx(a["nll"], rel=1e-6)
+    assert b["loss"] - a["loss"] == pytest.approx(alpha * ar + beta * tar, rel=1e-3)
+
+
+def test_fit_learns_and_resets_state_each_epoch():
+    model = _no_dropout()
+    model.compile(optimizer=keras.optimizers.SGD(5.0))
+    pattern = np.tile(np.arange(6, dtype="int32"), 80)[None].repeat(4, 0)
+    xs, ys = zip(*_windows(pattern, 10))
+    ds = tf.data.Dataset.from_tensor_slices((np.stack(xs[:-1]), np.stack(ys[:-1])))
+    hist = model.fit(ds, epochs=4, verbose=0, validation_data=ds)
+    ppl = hist.history["val_perplexity"]
+    assert ppl[-1] < ppl[0] and ppl[-1] < 3.0, ppl
+    assert {"loss", "nll", "perplexity", "grad_norm", "val_perplexity"} <= set(hist.history)
+
+
+def test_keras_roundtrip_is_exact_and_keeps_tying(tmp_path):
+    model = _model()
+    x = _tokens((2, 6))
+    model.compile(optimizer="sgd")
+    model.train_on_batch(x, _tokens((2, 6), 1))
+    path = tmp_path / "lm.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.head.embedding is loaded.embedding
+    np.testing.assert_array_equal(np.asarray(loaded.forward_with_state(x)[0]), np.asarray(model.forward_with_state(x)[0]))
+    assert loaded.get_config() == model.get_config()
+
+
+def test_compile_with_a_loss_is_refused():
+    with pytest.raises(ValueError, match="own loss"):
+        _model().compile(optimizer="sgd", loss="mse")
+
+
+def test_mixed_precision_model_outputs_float32_and_keeps_float32_variables():
+    keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = _model()
+        model.compile(optimizer=keras.optimizers.SGD(1.0))
+        x = _tokens((2, 5))
+        logs = model.train_on_batch(x, _tokens((2, 5), 3), return_dict=True)
+        out = model(x)
+        assert "float32" in str(out.dtype)
+        assert np.isfinite(logs["loss"])
+        assert all("float32" in str(v.dtype) for v in model.trainable_variables)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+
+
+def test_torch_backend_fit_and_state_carrying():
+    out = run_in_backend("torch", """
+        import numpy as np, keras
+        from zoo.awd_lstm import AWDLSTM
+        m = AWDLSTM(20, embed_dim=6, hidden_dim=8, num_layers=2, seed=1, bptt=5)
+        m.compile(optimizer=keras.optimizers.SGD(2.0))
+        data = np.tile(np.arange(5, dtype="int32"), 40)[None].repeat(2, 0)
+        x = np.stack([data[:, i:i+5] for i in range(0, 190, 5)])
+        y = np.stack([data[:, i+1:i+6] for i in range(0, 190, 5)])
+        h = m.fit(x.reshape(-1, 5), y.reshape(-1, 5), batch_size=2, shuffle=False, epochs=2, verbose=0)
+        lp, _ = m.forward_with_state(data[:, :40])
+        m.reset_stream_states()
+        parts = [keras.ops.convert_to_numpy(m(data[:, i:i+5])) for i in range(0, 40, 5)]
+        gap = np.abs(np.concatenate(parts, 1) - keras.ops.convert_to_numpy(lp)).max()
+        print(h.history["perplexity"][0], h.history["perplexity"][-1], gap)
+    """)
+    first, last, gap = map(float, out.split()[-3:])
+    assert last < first
+    assert gap < 1e-5
+
+
+def test_jax_backend_forward_and_backward():
+    out = run_in_backend("jax", """
+        import numpy as np, jax, keras
+        from zoo.awd_lstm import AWDLSTM
+        m = AWDLSTM(20, embed_dim=6, hidden_dim=8, num_layers=2, seed=1, carry_state=False)
+        m.build()
+        x = np.random.default_rng(0).integers(0, 20, size=(2, 7)).astype("int32")
+        lp, states = m.forward_with_state(x, None, training=True)
+        tv = [v.value for v in m.trainable_variables]
+        ntv = [v.value for v in m.non_trainable_variables]
+        def loss(tv):
+            out, _ = m.stateless_call(tv, ntv, x, training=True)
+            return -jax.numpy.mean(out[..., 0])
+        g = jax.grad(loss)(tv)
+        print(float(np.abs(np.exp(np.asarray(lp)).sum(-1) - 1).max()),
+              all(np.isfinite(np.asarray(a)).all() for a in g), float(sum(np.abs(np.asarray(a)).sum() for a in g)))
+    """)
+    norm_err, finite, total = out.split()[-3:]
+    assert float(norm_err) < 1e-5 and finite == "True" and float(total) > 0

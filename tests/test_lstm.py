@@ -1,0 +1,127 @@
+"""WeightDropLSTM: exact LSTM recursion with a DropConnect'ed recurrent matrix."""
+
+import numpy as np
+import pytest
+import keras
+
+from tests.backends import run_in_backend
+from tflm.layers import WeightDropLSTM
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def numpy_lstm(x, W, U, b, h0=None, c0=None):
+    """Reference LSTM, gate order i, f, c, o (Keras layout), float64."""
+    B, T, _ = x.shape
+    n = U.shape[0]
+    h = np.zeros((B, n)) if h0 is None else h0.astype(np.float64)
+    c = np.zeros((B, n)) if c0 is None else c0.astype(np.float64)
+    out = []
+    for t in range(T):
+        z = x[:, t] @ W + h @ U + b
+        i, f, g, o = np.split(z, 4, axis=-1)
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        h = _sigmoid(o) * np.tanh(c)
+        out.append(h)
+    return np.stack(out, 1), h, c
+
+
+def _layer(p=0.5, **kw):
+    return WeightDropLSTM(6, weight_dropout=p, seed=4, return_sequences=True,
+                          return_state=True, **kw)
+
+
+def test_inference_equals_plain_lstm_reference():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 9, 5)).astype("float32")
+    layer = _layer()
+    y, h, c = layer(x, training=False)
+    W, U, b = (np.asarray(v, np.float64) for v in layer.get_weights())
+    ry, rh, rc = numpy_lstm(x.astype(np.float64), W, U, b)
+    np.testing.assert_allclose(np.asarray(y), ry, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(c), rc, rtol=1e-5, atol=1e-6)
+
+
+def test_training_uses_one_dropped_matrix_for_all_steps(monkeypatch):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 8, 5)).astype("float32")
+    h0 = rng.normal(size=(2, 6)).astype("float32")
+    c0 = rng.normal(size=(2, 6)).astype("float32")
+    layer = _layer(0.5)
+    layer(x)  # build
+    mask = (rng.random((6, 24)) < 0.5).astype("float32") / 0.5
+    monkeypatch.setattr(layer, "recurrent_kernel_mask", lambda: keras.ops.convert_to_tensor(mask))
+    y, h, c = layer(x, initial_state=[h0, c0], training=True)
+    W, U, b = (np.asarray(v, np.float64) for v in layer.get_weights())
+    ry, rh, rc = numpy_lstm(x.astype(np.float64), W, U * mask, b, h0, c0)
+    np.testing.assert_allclose(np.asarray(y), ry, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(h), rh, rtol=1e-5, atol=1e-6)
+
+
+def test_mask_is_bernoulli_scaled_and_fresh_per_call():
+    layer = WeightDropLSTM(40, weight_dropout=0.3, seed=0)
+    layer.build((None, None, 3))
+    m1 = np.asarray(layer.recurrent_kernel_mask())
+    m2 = np.asarray(layer.recurrent_kernel_mask())
+    assert m1.shape == (40, 160)
+    assert set(np.unique(m1)) <= {0.0, np.float32(1 / 0.7)}
+    assert abs((m1 == 0).mean() - 0.3) < 0.03
+    assert not np.array_equal(m1, m2)
+
+
+def test_dropout_changes_training_output_on_cpu_fallback():
+    x = np.random.default_rng(2).normal(size=(2, 6, 5)).astype("float32")
+    layer = _layer(0.5)
+    y_inf = np.asarray(layer(x, training=False)[0])
+    y_tr1 = np.asarray(layer(x, training=True)[0])
+    y_tr2 = np.asarray(layer(x, training=True)[0])
+    assert not np.allclose(y_inf, y_tr1)
+    assert not np.allclose(y_tr1, y_tr2)
+    assert np.allclose(np.asarray(layer(x, training=False)[0]), y_inf)
+
+
+def test_gradient_reaches_recurrent_kernel_through_mask():
+    import tensorflow as tf
+    x = tf.constant(np.random.default_rng(3).normal(size=(2, 5, 5)).astype("float32"))
+    layer = _layer(0.5)
+    with tf.GradientTape() as tape:
+        y, _, _ = layer(x, training=True)
+        loss = tf.reduce_sum(y ** 2)
+    g = tape.gradient(loss, layer.cell.recurrent_kernel.value)
+    g = np.asarray(g)
+    assert np.isfinite(g).all() and np.abs(g).sum() > 0
+    assert (g == 0).mean() > 0.3  # dropped entries get no gradient
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="weight_dropout"):
+        WeightDropLSTM(4, weight_dropout=1.5)
+    with pytest.raises(ValueError, match="recurrent_dropout"):
+        WeightDropLSTM(4, weight_dropout=0.5, recurrent_dropout=0.2)
+
+
+def test_config_roundtrip():
+    layer = WeightDropLSTM(7, weight_dropout=0.25, seed=9, return_sequences=True)
+    clone = WeightDropLSTM.from_config(layer.get_config())
+    assert clone.weight_dropout == 0.25 and clone.units == 7 and clone.return_sequences
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_other_backends_drop_and_match_at_inference(backend):
+    out = run_in_backend(backend, """
+        import numpy as np, keras
+        from tflm.layers import WeightDropLSTM
+        x = np.random.default_rng(0).normal(size=(2, 6, 5)).astype("float32")
+        layer = WeightDropLSTM(6, weight_dropout=0.5, seed=1, return_sequences=True)
+        a = keras.ops.convert_to_numpy(layer(x, training=False))
+        ref = keras.layers.LSTM(6, return_sequences=True)
+        ref.build(x.shape); ref.set_weights(layer.get_weights())
+        b = keras.ops.convert_to_numpy(ref(x))
+        t = keras.ops.convert_to_numpy(layer(x, training=True))
+        print(float(np.abs(a - b).max()), float(np.abs(a - t).max()))
+    """)
+    inference_gap, training_gap = map(float, out.split()[-2:])
+    assert inference_gap < 1e-5
+    assert training_gap > 1e-3

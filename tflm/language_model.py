@@ -1,0 +1,173 @@
+"""`LanguageModel`: a `keras.Model` that trains and evaluates over BPTT windows."""
+
+import keras
+from keras import ops
+
+from tflm.backends.stream_state import make_stream_state
+from tflm.backends.train_step import lm_train_step
+from tflm.losses import token_nll
+from tflm.metrics import Perplexity, TokenMeanNLL
+
+
+class ResetTrainingStreams(keras.callbacks.Callback):
+    """Zero the training streams' state at the start of every epoch (a new pass)."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.model.reset_stream_states("train")
+
+
+class LanguageModel(keras.Model):
+    """Base class of recurrent language models trained on contiguous streams.
+
+    A subclass defines `state_sizes()` (hidden size of each recurrent layer) and
+    `forward_with_state(tokens, states, training) -> (log_probs, new_states)`, a pure
+    function of its inputs (not named `forward`: that is torch.nn.Module's call hook).
+    This class adds what `model.fit` / `evaluate` / `predict` need:
+
+    - the LSTM state of every stream is carried from one window to the next (per replica),
+      without gradient across windows, separately for training and for inference; it is
+      zeroed at the start of every epoch and of every `evaluate` / `predict` (DESIGN
+      contract 3; no `stateful=True`);
+    - the train step (see `tflm.backends.train_step`): loss = token-mean NLL +
+      `sum(model.losses)`, global-norm clipping at `clip_norm`, L2 `weight_decay`, gradient
+      scaled by window length / `bptt` (the reference's per-window learning rate);
+    - metrics over the whole pass: `loss` and `nll` token-weighted means, `perplexity` =
+      exp(total NLL / total tokens), and the last step's gradient norm.
+
+    Args:
+        bptt: nominal window length for the learning-rate scaling. Default 70.
+        clip_norm: global gradient-norm clip (None or 0 disables). Default 0.25.
+        weight_decay: L2 coefficient added to the clipped gradient (torch SGD style; the
+            reference uses 1.2e-6). Default 0.
+        scale_by_window: scale each step by T / bptt. Default True.
+        carry_state: carry LSTM state across windows. Default True.
+
+    Compile with an optimizer only: `model.compile(optimizer=keras.optimizers.SGD(30))`;
+    the loss is the NLL of the log-probabilities the model returns.
+    """
+
+    def __init__(self, bptt=70, clip_norm=0.25, weight_decay=0.0, scale_by_window=True,
+                 carry_state=True, **kwargs):
+        super().__init__(**kwargs)
+        if int(bptt) < 1:
+            raise ValueError(f"bptt must be >= 1; got {bptt}.")
+        if clip_norm is not None and float(clip_norm) < 0:
+            raise ValueError(f"clip_norm must be >= 0 or None; got {clip_norm}.")
+        self.bptt = int(bptt)
+        self.clip_norm = None if not clip_norm else float(clip_norm)
+        if float(weight_decay) < 0:
+            raise ValueError(f"weight_decay must be >= 0; got {weight_decay}.")
+        self.weight_decay = float(weight_decay)
+        self.scale_by_window = bool(scale_by_window)
+        self.carry_state = bool(carry_state)
+        self._streams = None
+        self.loss_tracker = TokenMeanNLL(name="loss")
+        self.nll_tracker = TokenMeanNLL(name="nll")
+        self.perplexity_tracker = Perplexity(name="perplexity")
+        self.grad_norm_tracker = keras.metrics.Mean(name="grad_norm")
+
+    # ---- to implement ------------------------------------------------------------------
+    def state_sizes(self):
+        raise NotImplementedError
+
+    def forward_with_state(self, tokens, states=None, training=False):
+        raise NotImplementedError
+
+    # ---- stream state ------------------------------------------------------------------
+    def _stream_store(self, training):
+        if self._streams is None:
+            self._streams = {"train": make_stream_state(self.state_sizes()),
+                             "eval": make_stream_state(self.state_sizes())}
+        return self._streams["train" if training else "eval"]
+
+    def create_stream_states(self):
+        """Create the state stores now (call under `strategy.scope()` when distributed)."""
+        self._stream_store(True)
+
+    def reset_stream_states(self, which="all"):
+        """Zero the carried state: "train", "eval" or "all"."""
+        if self._streams is None:
+            return
+        for name in (("train", "eval") if which == "all" else (which,)):
+            self._streams[name].reset()
+
+    def call(self, tokens, training=False):
+        if not self.carry_state:
+            log_probs, _ = self.forward_with_state(tokens, None, training=training)
+            return log_probs
+        store = self._stream_store(training)
+        states = store.read(ops.shape(tokens)[0], self.compute_dtype)
+        log_probs, new_states = self.forward_with_state(tokens, states, training=training)
+        store.write(new_states)
+        return log_probs
+
+    # ---- loss and metrics --------------------------------------------------------------
+    def compute_lm_loss(self, y, log_probs, sample_weight=None):
+        """(loss, NLL sum, token count) for one window; loss adds `self.losses`."""
+        nll = token_nll(y, log_probs)
+        if sample_weight is None:
+            weights = ops.ones_like(nll)
+        else:
+            weights = ops.cast(sample_weight, "float32") * ops.ones_like(nll)
+        nll_sum = ops.sum(nll * weights)
+        tokens = ops.sum(weights)
+        loss = nll_sum / ops.maximum(tokens, 1.0)
+        extra = self.losses
+        if extra:
+            loss = loss + ops.sum(ops.stack([ops.cast(l, "float32") for l in extra]))
+        return loss, nll_sum, tokens
+
+    def update_lm_metrics(self, loss, nll_sum, tokens, grad_norm=None):
+        self.loss_tracker.update_from_totals(loss * tokens, tokens)
+        self.nll_tracker.update_from_totals(nll_sum, tokens)
+        self.perplexity_tracker.update_from_totals(nll_sum, tokens)
+        logs = {"loss": self.loss_tracker.result(), "nll": self.nll_tracker.result(),
+                "perplexity": self.perplexity_tracker.result()}
+        if grad_norm is not None:
+            self.grad_norm_tracker.update_state(grad_norm)
+            logs["grad_norm"] = self.grad_norm_tracker.result()
+        return logs
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker, self.nll_tracker, self.perplexity_tracker,
+                self.grad_norm_tracker]
+
+    def compile(self, optimizer="sgd", loss=None, **kwargs):
+        if loss is not None:
+            raise ValueError(
+                f"{type(self).__name__} computes its own loss (NLL of the log-probabilities "
+                f"it returns, plus model.losses); compile it without `loss` (got {loss!r}).")
+        super().compile(optimizer=optimizer, **kwargs)
+
+    def train_step(self, data):
+        return lm_train_step(self, data)
+
+    def test_step(self, data):
+        from keras.src.trainers.data_adapters import data_adapter_utils
+        x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
+        log_probs = self(x, training=False)
+        loss, nll_sum, tokens = self.compute_lm_loss(y, log_probs, sample_weight)
+        logs = self.update_lm_metrics(loss, nll_sum, tokens)
+        return logs
+
+    # ---- passes over a split start from zero state --------------------------------------
+    def fit(self, *args, callbacks=None, **kwargs):
+        callbacks = list(callbacks or [])
+        if not any(isinstance(c, ResetTrainingStreams) for c in callbacks):
+            callbacks.append(ResetTrainingStreams())
+        return super().fit(*args, callbacks=callbacks, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        self.reset_stream_states("eval")
+        return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        self.reset_stream_states("eval")
+        return super().predict(*args, **kwargs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(bptt=self.bptt, clip_norm=self.clip_norm, weight_decay=self.weight_decay,
+                      scale_by_window=self.scale_by_window, carry_state=self.carry_state)
+        return config

@@ -1,0 +1,12 @@
+"""Public Keras layers of tflm (all registered under the "tflm" serialization package)."""
+
+from tflm.layers.embedding import TiedEmbedding
+from tflm.layers.head import LogProbHead
+from tflm.layers.softmax import SoftmaxLayer
+from tflm.layers.dropout import EmbeddingDropout, LockedDropout
+from tflm.layers.lstm import WeightDropLSTM
+from tflm.layers.gss import GSSActivation, GSSHead, SigSoftmax
+from tflm.layers.plif import PLIFHead, PLIFLayer, learning_rate_multipliers
+from tflm.layers.mos import MoCLayer, MoSLayer
+from tflm.layers.mixtape import MixtapeLayer
+from tflm.layers.doc import DOCLayer

@@ -1,0 +1,101 @@
+"""Dropout variants of AWD-LSTM: locked (variational) dropout and embedding (row) dropout."""
+
+import keras
+from keras import ops
+
+
+def _check_rate(layer, rate):
+    rate = float(rate)
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"{layer}: rate must be in [0, 1); got rate={rate}.")
+    return rate
+
+
+@keras.saving.register_keras_serializable(package="tflm")
+class LockedDropout(keras.layers.Layer):
+    """Variational dropout: one mask per sequence, shared over time.
+
+        y[b, t, :] = x[b, t, :] * m[b, :] / (1 - p),   m[b, j] ~ Bernoulli(1 - p)
+
+    A fresh mask is drawn at every call (every BPTT window) in training; identity at
+    inference. The mask has the input's shape with time set to 1, so a `(batch, time, K,
+    units)` input gets an independent mask per slice k (MoS latent dropout).
+
+    Args:
+        rate: drop probability p in [0, 1). Default 0.5.
+        seed: int seed for the layer's `SeedGenerator`.
+
+    Input shape: `(batch, time, ...)`. Output shape: the same.
+
+    Reference: Gal & Ghahramani 2016; Merity et al. 2018 (AWD-LSTM, "LockedDropout").
+    """
+
+    def __init__(self, rate=0.5, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.rate = _check_rate("LockedDropout", rate)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def call(self, x, training=False):
+        if not training or self.rate == 0.0:
+            return x
+        shape = ops.shape(x)
+        mask_shape = (shape[0], 1) + tuple(shape[2:])
+        keep = 1.0 - self.rate
+        mask = ops.cast(keras.random.uniform(mask_shape, seed=self.seed_generator) < keep,
+                        x.dtype) / ops.cast(keep, x.dtype)
+        return x * mask
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(rate=self.rate, seed=self.seed)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tflm")
+class EmbeddingDropout(keras.layers.Layer):
+    """Drops whole rows (words) of the embedding matrix, scaled by 1 / (1 - p).
+
+        e(w) -> e(w) * z_w / (1 - p),   z ~ Bernoulli(1 - p) in {0,1}^V, one draw per call
+
+    Every occurrence of a dropped word in the window gets a zero vector. Applied after the
+    lookup by gathering the row mask, which equals masking the matrix (as the reference does)
+    without touching all V rows.
+
+    Args:
+        vocab_size: V.
+        rate: drop probability p in [0, 1). Default 0.1.
+        seed: int seed.
+
+    Call: `layer(ids, embedded, training=...)` with ids `(batch, time)` and embedded
+    `(batch, time, d)`; returns `(batch, time, d)`.
+
+    Reference: Gal & Ghahramani 2016; Merity et al. 2018 (AWD-LSTM, embedded_dropout).
+    """
+
+    def __init__(self, vocab_size, rate=0.1, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = int(vocab_size)
+        self.rate = _check_rate("EmbeddingDropout", rate)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def row_mask(self):
+        """A `(V, 1)` mask of 0 and 1/(1-p) entries for one forward call."""
+        keep = 1.0 - self.rate
+        kept = keras.random.uniform((self.vocab_size, 1), seed=self.seed_generator) < keep
+        return ops.cast(kept, "float32") / keep
+
+    def call(self, ids, embedded, training=False):
+        if not training or self.rate == 0.0:
+            return embedded
+        per_token = ops.take(self.row_mask(), ops.cast(ids, "int32"), axis=0)
+        return embedded * ops.cast(per_token, embedded.dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vocab_size=self.vocab_size, rate=self.rate, seed=self.seed)
+        return config

@@ -1,0 +1,80 @@
+"""Common base of the output layers: context vectors -> log-probabilities."""
+
+import keras
+from keras import ops
+
+from tflm.layers.embedding import TiedEmbedding
+
+
+class LogProbHead(keras.layers.Layer):
+    """Base class of every output head (DESIGN contract 1 and 2).
+
+    A head maps context vectors `h` of shape `(batch, time, d)` to log-probabilities of shape
+    `(batch, time, V)`, always float32 (even under mixed precision), with
+    `logsumexp(row) == 0`. The vocabulary projection is either tied (pass the model's
+    `TiedEmbedding` as `embedding`; logits = h E^T + b with the embedding's bias) or untied
+    (pass `vocab_size`; the head owns a `(d, V)` kernel and a bias).
+
+    Subclasses implement `call(h, training=False)` and use `self.project(h)` for logits.
+
+    Args:
+        embedding: a `TiedEmbedding` to share weights with, or None.
+        vocab_size: V for an untied projection (ignored when `embedding` is given, but
+            must match it if both are given).
+    """
+
+    def __init__(self, embedding=None, vocab_size=None, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(embedding, dict):
+            embedding = keras.saving.deserialize_keras_object(embedding)
+        if embedding is not None and not isinstance(embedding, TiedEmbedding):
+            raise TypeError(
+                f"{type(self).__name__}: `embedding` must be a tflm TiedEmbedding (weight "
+                f"tying) or None (untied, then pass vocab_size); got {type(embedding).__name__}.")
+        if embedding is None and vocab_size is None:
+            raise ValueError(
+                f"{type(self).__name__} needs either `embedding=TiedEmbedding(...)` (tied "
+                "projection) or `vocab_size=V` (untied projection); got neither.")
+        if embedding is not None and vocab_size is not None and int(vocab_size) != embedding.vocab_size:
+            raise ValueError(
+                f"{type(self).__name__}: vocab_size={vocab_size} disagrees with the tied "
+                f"embedding's vocab_size={embedding.vocab_size}; pass only one of them.")
+        self.embedding = embedding
+        self.vocab_size = embedding.vocab_size if embedding is not None else int(vocab_size)
+        if self.vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2; got {self.vocab_size}.")
+
+    @property
+    def tied(self):
+        return self.embedding is not None
+
+    def build_projection(self, input_dim):
+        """Create the untied kernel/bias (no-op when tied); call from `build`."""
+        if self.tied:
+            if not self.embedding.built:
+                self.embedding.build()
+            if int(input_dim) != self.embedding.embed_dim:
+                raise ValueError(
+                    f"{type(self).__name__}: tied projection needs context vectors of size "
+                    f"embed_dim={self.embedding.embed_dim}; got {input_dim}. Make the last "
+                    "layer's size equal to the embedding size, or untie the head.")
+            return
+        self.kernel = self.add_weight(shape=(int(input_dim), self.vocab_size), name="kernel",
+                                      initializer="glorot_uniform")
+        self.bias = self.add_weight(shape=(self.vocab_size,), name="bias", initializer="zeros")
+
+    def project(self, h):
+        """Logits h E^T + b (tied) or h W + b (untied), in h's dtype."""
+        if self.tied:
+            return self.embedding.reverse(h)
+        return ops.matmul(h, ops.cast(self.kernel, h.dtype)) + ops.cast(self.bias, h.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.vocab_size,)
+
+    def get_config(self):
+        config = super().get_config()
+        config["vocab_size"] = self.vocab_size
+        config["embedding"] = (keras.saving.serialize_keras_object(self.embedding)
+                               if self.tied else None)
+        return config

@@ -1,0 +1,37 @@
+"""The baseline output head: projection + log_softmax."""
+
+import keras
+from keras import ops
+
+from tflm.layers.head import LogProbHead
+
+
+@keras.saving.register_keras_serializable(package="tflm")
+class SoftmaxLayer(LogProbHead):
+    """Softmax output layer returning log-probabilities.
+
+        log P(w | c) = l_w - logsumexp(l),   l = h E^T + b
+
+    With context vectors of size d and a bias, the log-probability matrix Q_theta it can
+    produce has rank <= d + 2 (the softmax bottleneck, Yang et al. 2018).
+
+    Args:
+        embedding: `TiedEmbedding` to tie the projection to, or None.
+        vocab_size: V for an untied projection.
+
+    Input shape: `(batch, time, d)`. Output shape: `(batch, time, V)`, float32.
+
+    Example:
+    >>> emb = TiedEmbedding(100, 16)
+    >>> head = SoftmaxLayer(embedding=emb)
+    >>> head(np.zeros((2, 5, 16), "float32")).shape
+    (2, 5, 100)
+    """
+
+    def build(self, input_shape):
+        self.build_projection(input_shape[-1])
+        self.built = True
+
+    def call(self, h, training=False):
+        logits = ops.cast(self.project(h), "float32")
+        return ops.log_softmax(logits, axis=-1)

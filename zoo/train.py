@@ -1,0 +1,215 @@
+"""`python -m zoo.train`: train a preset, evaluate it, report perplexity, log to TensorBoard.
+
+With no arguments it makes the default synthetic high-rank language, trains the tiny
+`synthetic` preset on it (minutes on a laptop CPU) and prints train / valid / test
+perplexity next to the language's optimal perplexity.
+
+Writes into `--out` (default `runs/<preset>-<time>`):
+  config.json     the fully resolved configuration
+  vocab.txt       the vocabulary (one token per line, in id order)
+  best.keras      the model with the best validation perplexity so far (saved every improvement)
+  final.keras     the model after the last epoch
+  metrics.json    per-epoch history and the final train/valid/test figures
+  logs/           TensorBoard event files (loss, perplexity, learning rate, words/s per epoch)
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+class UserError(Exception):
+    """An error the user fixes by changing the command; printed as one line."""
+
+
+def build_parser():
+    from zoo.heads import head_names
+    p = argparse.ArgumentParser(prog="python -m zoo.train", description=__doc__.split("\n")[0])
+    p.add_argument("--preset", default="synthetic", help="preset name or JSON path")
+    p.add_argument("--corpus", help="synthetic, ptb, wikitext-2 or a directory")
+    p.add_argument("--data-dir", help="corpus directory (default $TFLM_DATA_DIR or cache)")
+    p.add_argument("--head", help=f"output head: {', '.join(head_names())}")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--batch-size", type=int, dest="batch_size")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--out", help="output directory (default runs/<preset>-<time>)")
+    p.add_argument("--init-from", help="start from the weights of a saved .keras model")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any preset field, e.g. --set model.dropout=0.3")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def load_data(corpus_cfg, data_dir):
+    """(Corpus, optimal perplexity or None) for the configured corpus."""
+    from tflm import data
+    cfg = dict(corpus_cfg)
+    name = cfg.pop("name", "synthetic")
+    if name == "synthetic":
+        cfg.pop("vocab_size_hint", None)
+        sizes = {k: cfg.pop(k) for k in ("train_tokens", "valid_tokens", "test_tokens")
+                 if k in cfg}
+        language = data.synthetic.markov_language(**cfg)
+        corpus = language.to_corpus(seed=language.seed + 1, **sizes)
+        return corpus, float(language.optimal_perplexity)
+    return data.load_corpus(name, data_dir=data_dir), None
+
+
+def make_optimizer(training):
+    import keras
+    name = str(training.get("optimizer", "sgd")).lower()
+    lr = float(training.get("lr", 30.0))
+    if name == "sgd":
+        return keras.optimizers.SGD(learning_rate=lr)
+    if name == "adam":
+        return keras.optimizers.Adam(learning_rate=lr)
+    raise UserError(f"unknown optimizer {name!r} in training.optimizer; use sgd or adam.")
+
+
+def build_model(config, vocab_size):
+    from zoo.awd_lstm import AWDLSTM
+    training = config["training"]
+    kwargs = dict(config["model"])
+    for key in ("bptt", "clip_norm", "weight_decay", "seed"):
+        if key in training:
+            kwargs.setdefault(key, training[key])
+    kwargs.pop("vocab_size", None)
+    try:
+        return AWDLSTM(vocab_size=vocab_size, **kwargs)
+    except (TypeError, ValueError) as err:
+        raise UserError(f"bad model configuration: {err}") from err
+
+
+def check_init_model(path, model, vocabulary):
+    import keras
+    src = keras.saving.load_model(path)
+    if getattr(src, "vocab_size", None) != model.vocab_size:
+        raise UserError(
+            f"--init-from {path}: the checkpoint has a vocabulary of "
+            f"{getattr(src, 'vocab_size', '?')} words but the corpus has {model.vocab_size}; "
+            "train on the corpus the checkpoint was made with.")
+    vocab_file = pathlib.Path(path).parent / "vocab.txt"
+    if vocab_file.exists():
+        saved = vocab_file.read_text(encoding="utf-8").splitlines()
+        if saved != list(vocabulary):
+            raise UserError(f"--init-from {path}: its vocab.txt differs from the corpus "
+                            "vocabulary (same size, different words or order).")
+    model.set_weights(src.get_weights())
+
+
+def run(config, out_dir, data_dir=None, init_from=None, verbose=1):
+    import keras
+
+    from tflm import data
+    from tflm.callbacks import StopOnNaN, WordsPerSecond
+
+    training = config["training"]
+    seed = int(training.get("seed", 0))
+    keras.utils.set_random_seed(seed)
+    corpus, optimal = load_data(config["corpus"], data_dir)
+    vocabulary = list(corpus.vocabulary)
+    model = build_model(config, len(vocabulary))
+    model.compile(optimizer=make_optimizer(training))
+    model.build((None, None))
+    if init_from:
+        check_init_model(init_from, model, vocabulary)
+
+    out = pathlib.Path(out_dir)
+    if (out / "metrics.json").exists():
+        raise UserError(f"{out} already holds a finished run (metrics.json); choose another "
+                        "--out so nothing of it is overwritten.")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    (out / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+
+    bptt = int(training.get("bptt", 70))
+    batch = int(training.get("batch_size", 20))
+    eval_batch = int(training.get("eval_batch_size", 10))
+    test_batch = int(training.get("test_batch_size", 1))
+    max_len = training.get("max_seq_len")
+    epochs = int(training.get("epochs", 1))
+    valid_ds = data.lm_dataset(corpus.valid, eval_batch, bptt, train=False)
+    positions = (len(corpus.train) // batch) - 1
+    speed = WordsPerSecond(tokens_per_epoch=batch * positions)
+    board = keras.callbacks.TensorBoard(log_dir=str(out / "logs"))
+    history, best = [], None
+    for epoch in range(epochs):
+        train_ds = data.lm_dataset(corpus.train, batch, bptt, train=True, seed=seed,
+                                   epoch=epoch, max_len=max_len)
+        hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
+                         epochs=epoch + 1, verbose=verbose,
+                         callbacks=[StopOnNaN(), speed, board])
+        logs = {k: float(v[-1]) for k, v in hist.history.items()}
+        logs["epoch"] = epoch + 1
+        logs["learning_rate"] = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+        history.append(logs)
+        if best is None or logs["val_perplexity"] < best["val_perplexity"]:
+            best = logs
+            model.save(out / "best.keras")
+    model.save(out / "final.keras")
+
+    best_model = keras.saving.load_model(out / "best.keras")
+    results = {"preset": config.get("preset"), "corpus": corpus.name,
+               "vocab_size": len(vocabulary), "parameters": int(model.count_params()),
+               "optimal_perplexity": optimal, "best_epoch": best["epoch"],
+               "words_per_second": speed.last, "history": history}
+    results["train_perplexity"] = best["perplexity"]
+    results["train_perplexity_note"] = "with dropout, averaged over the training epoch"
+    for split, size in (("valid", eval_batch), ("test", test_batch)):
+        ds = data.lm_dataset(corpus.split(split), size, bptt, train=False)
+        results[f"{split}_perplexity"] = float(
+            best_model.evaluate(ds, verbose=0, return_dict=True)["perplexity"])
+    (out / "metrics.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+def summary_table(results):
+    rows = [("corpus", results["corpus"]), ("parameters", f"{results['parameters']:,}"),
+            ("best epoch", results["best_epoch"]),
+            ("train perplexity", f"{results['train_perplexity']:.2f} (dropout on)"),
+            ("valid perplexity", f"{results['valid_perplexity']:.2f}"),
+            ("test perplexity", f"{results['test_perplexity']:.2f}")]
+    if results.get("optimal_perplexity"):
+        rows.append(("optimal perplexity", f"{results['optimal_perplexity']:.2f} "
+                     "(the language's entropy rate)"))
+    rows.append(("training words/s", f"{results['words_per_second']:,.0f}"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        from tflm.callbacks import TrainingDiverged
+        from tflm.data import CorpusNotFoundError
+        from zoo.config import ConfigError, resolve_config
+        from zoo.heads import head_names
+        if args.head is not None and args.head not in head_names():
+            raise UserError(f"unknown head {args.head!r}; choose one of "
+                            f"{', '.join(head_names())}.")
+        config = resolve_config(args.preset, args.set, corpus=args.corpus, head=args.head,
+                                epochs=args.epochs, batch_size=args.batch_size, seed=args.seed)
+        out = args.out or os.path.join("runs", f"{pathlib.Path(args.preset).stem}-"
+                                       f"{time.strftime('%Y%m%d-%H%M%S')}")
+        results = run(config, out, data_dir=args.data_dir, init_from=args.init_from,
+                      verbose=0 if args.quiet else 1)
+    except (UserError, ConfigError, CorpusNotFoundError, TrainingDiverged) as err:
+        print(f"zoo.train: error: {err}", file=sys.stderr)
+        return 2 if not isinstance(err, TrainingDiverged) else 3
+    except ValueError as err:
+        if "preset" in str(err) or "head" in str(err):
+            print(f"zoo.train: error: {err}", file=sys.stderr)
+            return 2
+        raise
+    print(summary_table(results))
+    print(f"outputs in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
