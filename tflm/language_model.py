@@ -140,6 +140,13 @@ class LanguageModel(keras.Model):
                 f"it returns, plus model.losses); compile it without `loss` (got {loss!r}).")
         super().compile(optimizer=optimizer, **kwargs)
 
+    def compile_from_config(self, config):
+        config = keras.saving.deserialize_keras_object(config)
+        config.pop("loss", None)
+        self.compile(**config)
+        if self.built and self.optimizer is not None:
+            self.optimizer.build(self.trainable_variables)
+
     def train_step(self, data):
         return lm_train_step(self, data)
 
@@ -153,6 +160,7 @@ class LanguageModel(keras.Model):
 
     # ---- passes over a split start from zero state --------------------------------------
     def fit(self, *args, callbacks=None, **kwargs):
+        kwargs.setdefault("shuffle", False)  # windows must stay in stream order
         callbacks = list(callbacks or [])
         if not any(isinstance(c, ResetTrainingStreams) for c in callbacks):
             callbacks.append(ResetTrainingStreams())

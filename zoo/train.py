@@ -51,10 +51,17 @@ def load_data(corpus_cfg, data_dir):
     cfg = dict(corpus_cfg)
     name = cfg.pop("name", "synthetic")
     if name == "synthetic":
-        cfg.pop("vocab_size_hint", None)
+        kind = cfg.pop("kind", "markov")
+        makers = {"markov": data.synthetic.markov_language,
+                  "mixture": data.synthetic.mixture_markov_language}
+        if kind not in makers:
+            raise UserError(f"unknown synthetic corpus kind {kind!r}; use markov or mixture.")
         sizes = {k: cfg.pop(k) for k in ("train_tokens", "valid_tokens", "test_tokens")
                  if k in cfg}
-        language = data.synthetic.markov_language(**cfg)
+        try:
+            language = makers[kind](**cfg)
+        except TypeError as err:
+            raise UserError(f"bad synthetic corpus settings: {err}") from err
         corpus = language.to_corpus(seed=language.seed + 1, **sizes)
         return corpus, float(language.optimal_perplexity)
     return data.load_corpus(name, data_dir=data_dir), None

@@ -1,0 +1,91 @@
+"""`python -m zoo.train` end to end on a tiny synthetic corpus, and its errors."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO
+from zoo import train
+
+TINY = ["--set", "corpus.train_tokens=6000", "--set", "corpus.valid_tokens=1500",
+        "--set", "corpus.test_tokens=1500", "--set", "corpus.vocab_size=40",
+        "--set", "model.hidden_dim=16", "--set", "model.embed_dim=8",
+        "--set", "training.bptt=10", "--batch-size", "8", "--quiet"]
+
+
+def test_main_job_end_to_end(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.main(["--epochs", "2", "--out", str(out), *TINY]) == 0
+    printed = capsys.readouterr().out
+    assert "optimal perplexity" in printed and "test perplexity" in printed
+    for name in ("config.json", "metrics.json", "best.keras", "final.keras", "vocab.txt"):
+        assert (out / name).exists(), name
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(metrics["history"]) == 2
+    assert 1.0 < metrics["valid_perplexity"] < 40.0 * 1.5
+    assert metrics["optimal_perplexity"] < metrics["valid_perplexity"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["training"]["batch_size"] == 8 and config["model"]["hidden_dim"] == 16
+    events = list((out / "logs").rglob("events.out.tfevents.*"))
+    assert events, "TensorBoard event files must be written"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    tags = set()
+    for f in events:
+        acc = EventAccumulator(str(f)); acc.Reload()
+        tags |= set(acc.Tags().get("tensors", [])) | set(acc.Tags().get("scalars", []))
+    assert {"epoch_perplexity", "epoch_words_per_second", "epoch_learning_rate"} <= tags, tags
+    # The best model reproduces the reported validation perplexity.
+    import keras
+    from tflm import data
+    model = keras.saving.load_model(out / "best.keras")
+    corpus, _ = train.load_data(config["corpus"], None)
+    ds = data.lm_dataset(corpus.valid, config["training"]["eval_batch_size"], 10, train=False)
+    ppl = model.evaluate(ds, verbose=0, return_dict=True)["perplexity"]
+    assert ppl == pytest.approx(metrics["valid_perplexity"], rel=1e-5)
+    # A finished run is never overwritten.
+    assert train.main(["--epochs", "1", "--out", str(out), *TINY]) == 2
+    assert "already holds a finished run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--preset", "no_such_preset"], "Unknown preset"),
+    (["--head", "no_such_head"], "unknown head"),
+    (["--corpus", "/nonexistent/corpus_dir"], "nonexistent"),
+    (["--set", "training.optimizer=rmsprop"], "unknown optimizer"),
+    (["--set", "nonsense"], "key=value"),
+])
+def test_bad_input_is_one_line_error(args, message, tmp_path, capsys):
+    code = train.main([*args, "--out", str(tmp_path / "r"), *TINY])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert message.lower() in err.lower() and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "r" / "metrics.json").exists()
+
+
+def test_vocabulary_mismatched_checkpoint_is_refused(tmp_path, capsys):
+    first = tmp_path / "a"
+    assert train.main(["--epochs", "1", "--out", str(first), *TINY]) == 0
+    code = train.main(["--epochs", "1", "--out", str(tmp_path / "b"), "--init-from",
+                       str(first / "final.keras"), *TINY, "--set", "corpus.vocab_size=41"])
+    err = capsys.readouterr().err
+    assert code == 2 and "vocabulary" in err
+    assert not (tmp_path / "b" / "metrics.json").exists()
+
+
+def test_nan_loss_stops_with_epoch_and_step(tmp_path, capsys):
+    code = train.main(["--epochs", "1", "--out", str(tmp_path / "n"), *TINY,
+                       "--set", "training.lr=1e38", "--set", "training.clip_norm=null"])
+    err = capsys.readouterr().err
+    assert code == 3 and "epoch 1, step" in err
+    assert not (tmp_path / "n" / "metrics.json").exists()
+
+
+def test_cli_module_runs(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "zoo.train", "--epochs", "1", "--out",
+                           str(tmp_path / "cli"), *TINY], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "valid perplexity" in proc.stdout

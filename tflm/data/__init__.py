@@ -1,0 +1,42 @@
+"""Corpora, vocabulary, batching into BPTT windows, and a synthetic high-rank language.
+
+`import tflm.data` does not import TensorFlow; only `lm_dataset` does, when called.
+
+Example:
+
+>>> from tflm import data                                                   # doctest: +SKIP
+>>> ptb = data.load_corpus("ptb")                                           # doctest: +SKIP
+>>> ds = data.lm_dataset(ptb.train, 20, 70, train=True, seed=141, epoch=None)  # doctest: +SKIP
+"""
+
+from tflm.data import download, synthetic  # noqa: F401
+from tflm.data.batching import (  # noqa: F401
+    batchify,
+    eval_window_lengths,
+    lm_dataset,
+    lm_windows,
+    num_windows,
+    window_lengths,
+    window_starts,
+)
+from tflm.data.corpus import (  # noqa: F401
+    Corpus,
+    CorpusNotFoundError,
+    default_data_dir,
+    load_corpus,
+    read_corpus,
+)
+from tflm.data.download import ChecksumError  # noqa: F401
+from tflm.data.synthetic import (  # noqa: F401
+    MarkovLanguage,
+    markov_language,
+    mixture_markov_language,
+)
+from tflm.data.vocabulary import Vocabulary  # noqa: F401
+
+__all__ = [
+    "Vocabulary", "Corpus", "load_corpus", "read_corpus", "default_data_dir",
+    "CorpusNotFoundError", "ChecksumError", "batchify", "window_lengths",
+    "eval_window_lengths", "window_starts", "lm_windows", "lm_dataset", "num_windows",
+    "MarkovLanguage", "markov_language", "synthetic", "download",
+]

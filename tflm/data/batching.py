@@ -1,0 +1,311 @@
+"""Batchify a token stream into parallel streams and cut them into BPTT windows.
+
+The language-model references (AWD-LSTM, MoS) train on `batch_size` contiguous streams:
+the id sequence is trimmed and reshaped so that row b is the b-th contiguous chunk of the
+text. Windows walk along the time axis; the hidden state of every row is carried from one
+window to the next, so row b of consecutive windows is consecutive text.
+
+Training windows have random lengths (AWD-LSTM): with probability 0.95 the base is `bptt`,
+otherwise `bptt / 2`; the length is `max(5, int(N(base, 5)))`, capped at `max_len` when
+given (MoS uses `bptt + 40`), and the last window is cut to the positions that remain.
+Evaluation windows have fixed length `bptt`, the last one shorter. Scale the learning rate of
+a training step by `T / bptt` with `T = tf.shape(x)[1]`.
+
+Reference:
+    Merity et al. 2018, "Regularizing and Optimizing LSTM Language Models", §4.1
+    (variable length backpropagation sequences); salesforce/awd-lstm-lm.
+"""
+
+import numpy as np
+
+
+def _positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+def batchify(ids, batch_size):
+    """Reshapes a 1-D id sequence into `batch_size` contiguous streams.
+
+    Rule: with `L = len(ids) // batch_size`, row b is `ids[b * L:(b + 1) * L]`; the last
+    `len(ids) % batch_size` tokens are dropped.
+
+    Args:
+        ids: 1-D integer array of token ids (length N >= 2 * batch_size).
+        batch_size: number of streams B.
+
+    Returns:
+        int32 array of shape (B, N // B).
+
+    Example:
+
+    >>> batchify(np.arange(10), 3)
+    array([[0, 1, 2],
+           [3, 4, 5],
+           [6, 7, 8]], dtype=int32)
+
+    Reference:
+        salesforce/awd-lstm-lm, utils.py: batchify.
+    """
+    batch_size = _positive_int(batch_size, "batch_size")
+    ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise ValueError(f"batchify expects a 1-D id sequence, got shape {ids.shape}.")
+    if len(ids) < 2 * batch_size:
+        raise ValueError(
+            f"batchify needs at least 2 * batch_size = {2 * batch_size} tokens (each stream "
+            f"needs an input and a target), got {len(ids)}. Use a smaller batch_size.")
+    length = len(ids) // batch_size
+    return ids[:batch_size * length].reshape(batch_size, length).astype(np.int32)
+
+
+def _check_window_args(num_positions, bptt):
+    if isinstance(num_positions, bool) or not isinstance(num_positions, (int, np.integer)) \
+            or num_positions < 0:
+        raise ValueError(f"num_positions must be a non-negative integer, got {num_positions!r}.")
+    return int(num_positions), _positive_int(bptt, "bptt")
+
+
+def _check_rule(short_prob, std, min_len, max_len):
+    if not 0.0 <= short_prob <= 1.0:
+        raise ValueError(f"short_prob must be in [0, 1], got {short_prob!r}.")
+    if not std >= 0:
+        raise ValueError(f"std must be >= 0, got {std!r}.")
+    min_len = _positive_int(min_len, "min_len")
+    if max_len is not None:
+        max_len = _positive_int(max_len, "max_len")
+    return float(short_prob), float(std), min_len, max_len
+
+
+def window_lengths(num_positions, bptt, rng, *, short_prob=0.05, std=5.0, min_len=5,
+                   max_len=None):
+    """Random BPTT window lengths covering `num_positions` positions (AWD-LSTM rule).
+
+    Rule, per window: `base = bptt` if `u < 1 - short_prob` (u ~ U[0, 1)), else `bptt / 2`;
+    `T = max(min_len, int(normal(base, std)))`; `T = min(T, max_len)` if `max_len`; the last
+    window is cut to the remaining positions. Each window draws `rng.random()` then
+    `rng.normal(base, std)`.
+
+    Args:
+        num_positions: positions to cover: stream length - 1 (every input needs a target).
+        bptt: the nominal window length.
+        rng: a `numpy.random.Generator`.
+        short_prob: probability of the half-length base. Default 0.05.
+        std: standard deviation of the length. Default 5.0.
+        min_len: minimum length before the cap. Default 5.
+        max_len: optional cap (MoS: bptt + 40). Default None.
+
+    Returns:
+        List of positive ints summing to `num_positions`.
+
+    Example:
+
+    >>> sum(window_lengths(1000, 70, np.random.default_rng(0)))
+    1000
+    """
+    num_positions, bptt = _check_window_args(num_positions, bptt)
+    short_prob, std, min_len, max_len = _check_rule(short_prob, std, min_len, max_len)
+    lengths = []
+    position = 0
+    while position < num_positions:
+        base = bptt if rng.random() < 1.0 - short_prob else bptt / 2.0
+        length = max(min_len, int(rng.normal(base, std)))
+        if max_len is not None:
+            length = min(length, max_len)
+        length = min(length, num_positions - position)
+        lengths.append(length)
+        position += length
+    return lengths
+
+
+def eval_window_lengths(num_positions, bptt):
+    """Fixed BPTT window lengths for evaluation: `bptt` each, the last one shorter.
+
+    Args:
+        num_positions: positions to cover (stream length - 1).
+        bptt: window length.
+
+    Returns:
+        List of ints summing to `num_positions`.
+
+    Example:
+
+    >>> eval_window_lengths(10, 4)
+    [4, 4, 2]
+    """
+    num_positions, bptt = _check_window_args(num_positions, bptt)
+    full, rest = divmod(num_positions, bptt)
+    return [bptt] * full + ([rest] if rest else [])
+
+
+def _streams(ids_or_streams, batch_size):
+    """1-D ids -> batchify; 2-D streams are used as they are (batch_size must match)."""
+    array = np.asarray(ids_or_streams)
+    if array.ndim == 1:
+        return batchify(array, batch_size)
+    if array.ndim != 2:
+        raise ValueError(f"Expected 1-D token ids or 2-D streams (batch, length), got shape "
+                         f"{array.shape}.")
+    if batch_size is not None and array.shape[0] != batch_size:
+        raise ValueError(f"The streams have {array.shape[0]} rows but batch_size is "
+                         f"{batch_size}. Pass 1-D ids to batchify, or a matching batch_size.")
+    if array.shape[1] < 2:
+        raise ValueError(f"Streams need at least 2 time steps, got shape {array.shape}.")
+    return array.astype(np.int32, copy=False)
+
+
+def _lengths(num_positions, bptt, train, seed, epoch, max_len, rule):
+    if not train:
+        return eval_window_lengths(num_positions, bptt)
+    if epoch is None:
+        raise ValueError("epoch=None (fresh lengths on every iteration) is only supported by "
+                         "lm_dataset; pass the epoch number to get that epoch's windows.")
+    rng = np.random.default_rng([int(seed), int(epoch)])
+    return window_lengths(num_positions, bptt, rng, max_len=max_len, **rule)
+
+
+def window_starts(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_len=None,
+                  **rule):
+    """Start positions and lengths of the windows `lm_windows` yields, as int64 arrays."""
+    streams = _streams(ids_or_streams, batch_size)
+    lengths = np.asarray(_lengths(streams.shape[1] - 1, bptt, train, seed, epoch, max_len, rule),
+                         dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return starts[:len(lengths)], lengths
+
+
+def num_windows(ids_or_streams, batch_size, bptt, *, train=False, seed=0, epoch=0,
+                max_len=None, **rule):
+    """Number of (x, y) windows one pass yields (for `steps_per_epoch`, progress bars).
+
+    For training windows the count depends on the epoch's random lengths, so `epoch` must be
+    an int (raises `ValueError` for None). `rule` takes `short_prob`, `std`, `min_len` as in
+    `window_lengths`.
+    """
+    return len(window_starts(ids_or_streams, batch_size, bptt, train=train, seed=seed,
+                             epoch=epoch, max_len=max_len, **rule)[1])
+
+
+def lm_windows(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_len=None,
+               **rule):
+    """Yields the (input, target) BPTT windows of one pass, as NumPy arrays.
+
+    Rule: `x = streams[:, i:i + T]`, `y = streams[:, i + 1:i + 1 + T]`, with window lengths
+    T from `window_lengths(L - 1, bptt, np.random.default_rng([seed, epoch]))` when `train`,
+    else `eval_window_lengths(L - 1, bptt)`. Windows come in order; every position of every
+    stream is an input exactly once.
+
+    Args:
+        ids_or_streams: 1-D token ids (batchified here) or 2-D streams (B, L).
+        batch_size: number of streams B.
+        bptt: nominal window length.
+        train: random (True) or fixed (False) window lengths.
+        seed: seed of the random lengths. Default 0.
+        epoch: epoch number, mixed into the seed. Default 0.
+        max_len: optional cap on training window lengths. Default None.
+        **rule: `short_prob`, `std`, `min_len` of `window_lengths` (defaults 0.05, 5.0, 5).
+
+    Yields:
+        (x, y), int32 arrays of shape (B, T).
+
+    Example:
+
+    >>> [x.shape for x, y in lm_windows(np.arange(22), 2, 4, train=False)]
+    [(2, 4), (2, 4), (2, 2)]
+    """
+    streams = _streams(ids_or_streams, batch_size)
+    starts, lengths = window_starts(streams, batch_size, bptt, train=train, seed=seed,
+                                    epoch=epoch, max_len=max_len, **rule)
+    for start, length in zip(starts.tolist(), lengths.tolist()):
+        yield (np.ascontiguousarray(streams[:, start:start + length]),
+               np.ascontiguousarray(streams[:, start + 1:start + 1 + length]))
+
+
+def lm_dataset(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_len=None,
+               short_prob=0.05, std=5.0, min_len=5):
+    """A `tf.data.Dataset` of BPTT windows (no Python generators, no shuffling).
+
+    With an int `epoch` (or `train=False`) it yields exactly the windows of `lm_windows` for
+    the same arguments: the (start, length) pairs are computed with NumPy and each element
+    slices a constant streams tensor. With `epoch=None` and `train=True` the lengths are drawn
+    in the pipeline instead, afresh on every iteration over the dataset (so
+    `model.fit(ds, epochs=n)` sees new windows each epoch), reproducibly from `seed`:
+    `Dataset.random(seed, rerandomize_each_iteration=True)` gives one seed per window, which
+    draws `u ~ U(0, 1)` and `z ~ N(0, 1)` with stateless ops; `T = max(min_len,
+    int(base + std * z))` as in `window_lengths`, and a `scan` over the position cuts the
+    last window. Two datasets built with the same seed give the same sequence of epochs
+    (these lengths differ from the NumPy ones, which use NumPy's generator).
+
+    Args:
+        ids_or_streams: 1-D token ids (batchified here) or 2-D streams (B, L).
+        batch_size: number of streams B.
+        bptt: nominal window length.
+        train: random (True) or fixed (False) window lengths.
+        seed: seed of the random lengths. Default 0.
+        epoch: epoch number mixed into the seed, or None for fresh lengths per iteration.
+            Default 0.
+        max_len: optional cap on training window lengths (MoS: bptt + 40). Default None.
+        short_prob, std, min_len: the length rule (see `window_lengths`).
+
+    Returns:
+        Dataset of (x, y), int32 tensors of shape (B, None); T is `tf.shape(x)[1]`.
+
+    Example:
+
+    >>> ds = lm_dataset(np.arange(1000), 4, 35, train=True, seed=1)       # doctest: +SKIP
+    >>> x, y = next(iter(ds)); x.shape[0]                                   # doctest: +SKIP
+    4
+    """
+    import tensorflow as tf  # lazily: tflm.data must import without TensorFlow loaded
+
+    streams_np = _streams(ids_or_streams, batch_size)
+    batch = streams_np.shape[0]
+    num_positions = streams_np.shape[1] - 1
+    streams = tf.constant(streams_np, dtype=tf.int32)
+
+    if train and epoch is None:
+        short_prob, std, min_len, max_len = _check_rule(short_prob, std, min_len, max_len)
+        windows = _random_windows(tf, num_positions, _positive_int(bptt, "bptt"), int(seed),
+                                  short_prob=short_prob, std=std, min_len=min_len,
+                                  max_len=max_len)
+    else:
+        starts, lengths = window_starts(streams_np, batch, bptt, train=train, seed=seed,
+                                        epoch=epoch, max_len=max_len, short_prob=short_prob,
+                                        std=std, min_len=min_len)
+        windows = tf.data.Dataset.from_tensor_slices((starts, lengths))
+
+    def cut(start, length):
+        start = tf.cast(start, tf.int32)
+        length = tf.cast(length, tf.int32)
+        x = tf.slice(streams, tf.stack([0, start]), tf.stack([batch, length]))
+        y = tf.slice(streams, tf.stack([0, start + 1]), tf.stack([batch, length]))
+        return tf.ensure_shape(x, (batch, None)), tf.ensure_shape(y, (batch, None))
+
+    return windows.map(cut, num_parallel_calls=tf.data.AUTOTUNE,
+                       deterministic=True).prefetch(tf.data.AUTOTUNE)
+
+
+def _random_windows(tf, num_positions, bptt, seed, *, short_prob, std, min_len, max_len):
+    """Dataset of (start, length), lengths redrawn on each iteration (pure tf.data)."""
+
+    def draw(window_seed):
+        pair = tf.stack([window_seed, tf.constant(0, tf.int64)])
+        u = tf.random.stateless_uniform([], seed=pair, dtype=tf.float64)
+        z = tf.random.stateless_normal([], seed=pair + tf.constant([0, 1], tf.int64),
+                                       dtype=tf.float64)
+        base = tf.where(u < 1.0 - short_prob, tf.constant(float(bptt), tf.float64),
+                        tf.constant(bptt / 2.0, tf.float64))
+        length = tf.maximum(tf.constant(min_len, tf.int64), tf.cast(base + std * z, tf.int64))
+        if max_len is not None:
+            length = tf.minimum(length, max_len)
+        return length
+
+    def step(position, length):
+        length = tf.minimum(length, num_positions - position)
+        return position + length, (position, length)
+
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+    return (seeds.map(draw)
+            .scan(tf.constant(0, tf.int64), step)
+            .take_while(lambda start, length: start < num_positions))
