@@ -1,0 +1,67 @@
+"""tools.qmatrix.export_q: rows, perplexity equal to evaluate, bounded streaming, errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tflm import data
+from tflm.data.vocabulary import Vocabulary
+from tools.qmatrix import VocabularyMismatchError, export_q, main
+from zoo.awd_lstm import AWDLSTM
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    lang = data.synthetic.markov_language(30, seed=3)
+    return lang.to_corpus(train_tokens=500, valid_tokens=300, test_tokens=257, seed=4)
+
+
+def _model(vocab=30):
+    m = AWDLSTM(vocab, embed_dim=6, hidden_dim=10, num_layers=2, seed=0)
+    m.compile(optimizer="sgd")
+    return m
+
+
+def test_export_rows_and_perplexity_equal_evaluate_at_batch_1(corpus, tmp_path):
+    model = _model()
+    meta = export_q(model, corpus, "test", tmp_path / "q.npy", bptt=20)
+    q = np.load(tmp_path / "q.npy", mmap_mode="r")
+    assert q.shape == (256, 30) and q.dtype == np.float32
+    np.testing.assert_allclose(np.exp(q).sum(1), 1.0, atol=1e-5)
+    ds = data.lm_dataset(corpus.test, 1, 20, train=False)
+    ppl = model.evaluate(ds, verbose=0, return_dict=True)["perplexity"]
+    assert meta["perplexity"] == pytest.approx(ppl, rel=1e-5)
+    side = json.loads((tmp_path / "q.npy.json").read_text())
+    assert side["shape"] == [256, 30] and side["split"] == "test"
+    # Rows do not depend on the window length (state is carried across windows).
+    export_q(model, corpus, "test", tmp_path / "q7.npy", bptt=7)
+    np.testing.assert_allclose(np.load(tmp_path / "q7.npy"), q, atol=1e-5)
+
+
+def test_export_max_rows_and_dtype(corpus, tmp_path):
+    meta = export_q(_model(), corpus, "valid", tmp_path / "q.npy", max_rows=50, dtype="float64")
+    q = np.load(tmp_path / "q.npy")
+    assert q.shape == (50, 30) and q.dtype == np.float64 and meta["shape"] == [50, 30]
+    assert not (tmp_path / "q.npy.partial").exists()
+
+
+def test_vocabulary_mismatch_is_a_clear_error(corpus, tmp_path):
+    with pytest.raises(VocabularyMismatchError, match="31 words.*30"):
+        export_q(_model(31), corpus, "test", tmp_path / "q.npy")
+    assert not (tmp_path / "q.npy").exists()
+
+
+def test_cli_exports_a_saved_model(corpus, tmp_path, capsys):
+    model = _model()
+    model.build()
+    path = tmp_path / "m.keras"
+    model.save(path)
+    corpus_dir = corpus.language.write(tmp_path / "corpus", train_tokens=400, valid_tokens=100,
+                                       test_tokens=120, seed=1)
+    code = main([str(path), "--corpus", str(corpus_dir), "--split", "test",
+                 "--out", str(tmp_path / "cli.npy")])
+    assert code == 0
+    assert np.load(tmp_path / "cli.npy").shape == (119, 30)
+    code = main([str(path), "--corpus", str(tmp_path / "missing"), "--out", str(tmp_path / "x.npy")])
+    assert code == 2 and "error" in capsys.readouterr().err
