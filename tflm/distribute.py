@@ -1,0 +1,71 @@
+"""Choosing a distribution strategy (TensorFlow) or distribution (JAX) by name.
+
+    with tflm.distribute.get_strategy("mirrored").scope():
+        model = zoo.AWDLSTM(...)          # create (and compile) the model inside the scope
+        model.compile(optimizer=...)
+    model.fit(train_ds, ...)              # the global batch is split across replicas
+
+Under `MirroredStrategy` Keras splits each global batch of B streams into contiguous blocks
+of B / R rows, the same way at every step, so replica r always sees the same streams and
+carries their LSTM state in its own copy of the state variables (ON_READ). The train step
+all-reduces the gradients before clipping, so a step equals the single-device step on the
+same global batch, and the reported loss / perplexity are token-weighted over the whole
+global batch.
+"""
+
+import json
+import os
+
+import keras
+
+STRATEGIES = ("default", "mirrored", "multi-worker")
+
+
+def use_logical_cpus(count):
+    """Split the host CPU into `count` logical devices (call before TensorFlow starts work).
+
+    For testing MirroredStrategy without GPUs.
+    """
+    import tensorflow as tf
+    cpus = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(
+        cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(int(count))])
+    return [d.name for d in tf.config.list_logical_devices("CPU")]
+
+
+def get_strategy(name="default", devices=None):
+    """A `tf.distribute.Strategy` by name.
+
+    Args:
+        name: "default" (one device), "mirrored" (all local GPUs, or `devices`), or
+            "multi-worker" (`MultiWorkerMirroredStrategy`; the cluster comes from
+            `$TF_CONFIG`).
+        devices: device names for "mirrored" (e.g. ["/cpu:0", "/cpu:1"]).
+    """
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            f"get_strategy({name!r}) is for the TensorFlow backend; with KERAS_BACKEND="
+            f"{keras.backend.backend()} use tflm.distribute.data_parallel() (JAX).")
+    import tensorflow as tf
+    if name not in STRATEGIES:
+        raise ValueError(f"Unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}.")
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy(devices=devices)
+    if "TF_CONFIG" not in os.environ:
+        raise ValueError("strategy 'multi-worker' needs $TF_CONFIG describing the cluster "
+                         '(e.g. {"cluster": {"worker": ["127.0.0.1:12345", ...]}, '
+                         '"task": {"type": "worker", "index": 0}}).')
+    json.loads(os.environ["TF_CONFIG"])  # fail early on malformed JSON
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def data_parallel(devices=None):
+    """Data parallelism on the JAX backend: sets `keras.distribution.DataParallel`."""
+    if keras.backend.backend() != "jax":
+        raise ValueError("data_parallel() is for KERAS_BACKEND=jax; on TensorFlow use "
+                         "get_strategy('mirrored').")
+    distribution = keras.distribution.DataParallel(devices=devices)
+    keras.distribution.set_distribution(distribution)
+    return distribution
