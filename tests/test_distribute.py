@@ -65,3 +65,51 @@ def test_mirrored_two_cpus_equals_single_device():
         assert b == pytest.approx(a, rel=1e-5)
     assert r["weight_diff"] < 1e-5
     assert r["eval_after"][1] == pytest.approx(r["eval_after"][0], rel=1e-5)
+
+
+MULTI_WORKER = """
+import json, os, numpy as np
+from tflm import distribute
+strategy = None if os.environ["ROLE"] == "single" else distribute.get_strategy("multi-worker")
+import keras
+from zoo.awd_lstm import AWDLSTM
+kw = dict(embed_dim=8, hidden_dim=12, num_layers=2, seed=3, bptt=10, dropout=0, dropout_h=0,
+          dropout_i=0, dropout_e=0, weight_dropout=0, clip_norm=0.1, weight_decay=0.01)
+ids = np.random.default_rng(0).integers(0, 30, size=4 * 61).astype("int32")
+ds = distribute.lm_dataset_for(strategy, ids, 4, 10, train=False)
+scope = strategy.scope() if strategy else keras.name_scope("single")
+with scope:
+    m = AWDLSTM(30, **kw); m.build()
+    m.set_weights([np.random.default_rng(i).normal(size=w.shape).astype("float32") * 0.1
+                   for i, w in enumerate(m.get_weights())])
+    m.compile(optimizer=keras.optimizers.SGD(2.0))
+e = m.evaluate(ds, verbose=0, return_dict=True)["perplexity"]
+h = m.fit(ds, epochs=2, verbose=0).history
+print("RESULT " + json.dumps({"eval": e, "ppl": h["perplexity"],
+      "wsum": float(sum(np.abs(w).sum() for w in m.get_weights()))}))
+"""
+
+
+def _free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def test_multi_worker_on_localhost_equals_single_device():
+    workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    procs = []
+    for index in range(2):
+        config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        procs.append(_run(MULTI_WORKER, {"TF_CONFIG": json.dumps(config), "ROLE": "worker"}))
+    single = _result(_run(MULTI_WORKER, {"ROLE": "single"}))
+    results = [_result(p) for p in procs]
+    assert results[0] == results[1], "workers must agree"
+    assert results[0]["eval"] == pytest.approx(single["eval"], rel=1e-5)
+    for a, b in zip(results[0]["ppl"], single["ppl"]):
+        assert a == pytest.approx(b, rel=1e-5)
+    assert results[0]["wsum"] == pytest.approx(single["wsum"], rel=1e-5)

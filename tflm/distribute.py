@@ -69,3 +69,39 @@ def data_parallel(devices=None):
     distribution = keras.distribution.DataParallel(devices=devices)
     keras.distribution.set_distribution(distribution)
     return distribution
+
+
+def lm_dataset_for(strategy, ids, batch_size, bptt, **kwargs):
+    """`tflm.data.lm_dataset` laid out for `strategy` (global batch `batch_size`).
+
+    One device or `MirroredStrategy`: the plain dataset (Keras splits each global batch into
+    contiguous per-replica blocks, the same streams every step). `MultiWorkerMirroredStrategy`:
+    Keras' automatic sharding would hand each worker every k-th *window* (or, with sharding
+    off, the same rows to every worker), breaking the streams; instead each worker builds the
+    windows of its own block of streams, so worker w always carries streams
+    [w B / W, (w + 1) B / W). Needs one replica per worker.
+    """
+    from tflm import data
+    if strategy is None or strategy.num_replicas_in_sync == 1 or not _is_multi_worker(strategy):
+        return data.lm_dataset(ids, batch_size, bptt, **kwargs)
+    replicas = strategy.num_replicas_in_sync
+    if batch_size % replicas:
+        raise ValueError(f"batch_size={batch_size} must be divisible by the {replicas} "
+                         "replicas of the multi-worker strategy.")
+    streams = data.batchify(ids, batch_size)
+
+    def make(context):
+        if context.num_input_pipelines != replicas:
+            raise ValueError("multi-worker language-model data needs one replica per worker; "
+                             f"got {replicas} replicas in {context.num_input_pipelines} workers.")
+        per = batch_size // replicas
+        rows = streams[context.input_pipeline_id * per:(context.input_pipeline_id + 1) * per]
+        return data.lm_dataset(rows, per, bptt, **kwargs)
+
+    return strategy.distribute_datasets_from_function(make)
+
+
+def _is_multi_worker(strategy):
+    import tensorflow as tf
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and strategy.extended._in_multi_worker_mode())

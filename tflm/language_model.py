@@ -126,7 +126,19 @@ class LanguageModel(keras.Model):
         if grad_norm is not None:
             self.grad_norm_tracker.update_state(grad_norm)
             logs["grad_norm"] = self.grad_norm_tracker.result()
+        if self._multi_worker():
+            # Keras reduces per-step logs with reduce(MEAN, axis=0) across workers, which
+            # needs at least one dimension; the epoch logs come from the metrics themselves.
+            logs = {k: ops.reshape(v, (1,)) for k, v in logs.items()}
         return logs
+
+    def _multi_worker(self):
+        strategy = getattr(self, "_distribute_strategy", None)
+        if strategy is None or keras.backend.backend() != "tensorflow":
+            return False
+        import tensorflow as tf
+        return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+                and strategy.extended._in_multi_worker_mode())
 
     @property
     def metrics(self):
@@ -157,6 +169,18 @@ class LanguageModel(keras.Model):
         loss, nll_sum, tokens = self.compute_lm_loss(y, log_probs, sample_weight)
         logs = self.update_lm_metrics(loss, nll_sum, tokens)
         return logs
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras (TF trainer) builds a distributed model by all-reducing a sample batch across
+        # replicas, which fails for integer token windows under MultiWorkerMirroredStrategy.
+        # A language model builds itself from a dummy window instead; then only the optimizer
+        # is left to build, under the strategy's scope.
+        if keras.backend.backend() != "tensorflow" or self._distribute_strategy is None:
+            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        with self.distribute_strategy.scope():
+            if not self.built:
+                self.build()
+            self._symbolic_build(data_batch=None)
 
     # ---- passes over a split start from zero state --------------------------------------
     def fit(self, *args, callbacks=None, **kwargs):
