@@ -89,3 +89,47 @@ def test_cli_module_runs(tmp_path):
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "valid perplexity" in proc.stdout
+
+
+def _cli(args, env=None):
+    import os
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    return subprocess.run([sys.executable, "-m", "zoo.train", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
+    args = ["--epochs", "3", *TINY, "--set", "model.dropout=0.2",
+            "--set", "model.weight_dropout=0.3"]
+    full = _cli([*args, "--out", str(tmp_path / "full")])
+    assert full.returncode == 0, full.stderr[-2000:]
+    killed = _cli([*args, "--out", str(tmp_path / "cut")],
+                  env={"TFLM_FAULT_KILL_AFTER_EPOCH": "1"})
+    assert killed.returncode == 137
+    assert not (tmp_path / "cut" / "metrics.json").exists()
+    state = json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())
+    assert state["epoch"] == 1
+    again = _cli([*args, "--out", str(tmp_path / "cut")])
+    assert again.returncode == 2 and "--resume" in again.stderr
+    resumed = _cli(["--resume", str(tmp_path / "cut"), "--quiet"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a = json.loads((tmp_path / "full" / "metrics.json").read_text())
+    b = json.loads((tmp_path / "cut" / "metrics.json").read_text())
+    assert [h["epoch"] for h in b["history"]] == [1, 2, 3]
+    for key in ("perplexity", "val_perplexity"):
+        np.testing.assert_allclose([h[key] for h in b["history"]],
+                                   [h[key] for h in a["history"]], rtol=1e-5)
+    assert b["test_perplexity"] == pytest.approx(a["test_perplexity"], rel=1e-5)
+
+
+def test_corrupt_checkpoint_is_refused_and_kept(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.main(["--epochs", "1", "--out", str(out), *TINY]) == 0
+    (out / "metrics.json").unlink()
+    state = out / "checkpoint" / "state.json"
+    state.write_text("{not json")
+    assert train.main(["--resume", str(out), "--quiet"]) == 2
+    assert "corrupt" in capsys.readouterr().err
+    assert state.read_text() == "{not json", "the checkpoint must not be touched"
+    assert train.main(["--resume", str(tmp_path / "nothing"), "--quiet"]) == 2
+    assert "no checkpoint" in capsys.readouterr().err

@@ -39,6 +39,11 @@ def build_parser():
     p.add_argument("--seed", type=int)
     p.add_argument("--out", help="output directory (default runs/<preset>-<time>)")
     p.add_argument("--init-from", help="start from the weights of a saved .keras model")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a killed run from its last epoch checkpoint")
+    p.add_argument("--strategy", default="default", choices=["default", "mirrored",
+                                                             "multi-worker"],
+                   help="tf.distribute strategy (TensorFlow backend)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any preset field, e.g. --set model.dropout=0.3")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -109,30 +114,58 @@ def check_init_model(path, model, vocabulary):
     model.set_weights(src.get_weights())
 
 
-def run(config, out_dir, data_dir=None, init_from=None, verbose=1):
+def _prepare_run_dir(out, config, vocabulary, resume):
+    if resume:
+        return
+    if (out / "metrics.json").exists():
+        raise UserError(f"{out} already holds a finished run (metrics.json); choose another "
+                        "--out so nothing of it is overwritten.")
+    if (out / "checkpoint").exists():
+        raise UserError(f"{out} holds an unfinished run; continue it with --resume {out} or "
+                        "choose another --out.")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    (out / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+
+
+def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
+        strategy_name="default"):
+    """Train, checkpoint every epoch, evaluate the best model; returns the metrics dict.
+
+    With `resume=True`, `config` is read from `out_dir/config.json` and training continues
+    after the last checkpointed epoch with the same data order and random state, so the
+    result equals an uninterrupted run's.
+    """
     import keras
 
-    from tflm import data
+    from tflm import data, distribute
     from tflm.callbacks import StopOnNaN, WordsPerSecond
+    from zoo.checkpoint import fingerprint, load_checkpoint, read_state, save_checkpoint
 
+    out = pathlib.Path(out_dir)
+    strategy = distribute.get_strategy(strategy_name) if strategy_name != "default" else None
+    if resume:
+        read_state(out)  # fail early on a missing or corrupt checkpoint
+        config = json.loads((out / "config.json").read_text())
     training = config["training"]
     seed = int(training.get("seed", 0))
     keras.utils.set_random_seed(seed)
     corpus, optimal = load_data(config["corpus"], data_dir)
     vocabulary = list(corpus.vocabulary)
-    model = build_model(config, len(vocabulary))
-    model.compile(optimizer=make_optimizer(training))
-    model.build((None, None))
-    if init_from:
-        check_init_model(init_from, model, vocabulary)
+    print_ = fingerprint(config, vocabulary)
+    _prepare_run_dir(out, config, vocabulary, resume)
 
-    out = pathlib.Path(out_dir)
-    if (out / "metrics.json").exists():
-        raise UserError(f"{out} already holds a finished run (metrics.json); choose another "
-                        "--out so nothing of it is overwritten.")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    (out / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    scope = strategy.scope() if strategy is not None else keras.name_scope("run")
+    with scope:
+        if resume:
+            model, state = load_checkpoint(out, print_)
+        else:
+            model = build_model(config, len(vocabulary))
+            model.compile(optimizer=make_optimizer(training))
+            model.build((None, None))
+            state = {"epoch": 0, "history": [], "best": None, "fingerprint": print_}
+            if init_from:
+                check_init_model(init_from, model, vocabulary)
 
     bptt = int(training.get("bptt", 70))
     batch = int(training.get("batch_size", 20))
@@ -140,14 +173,14 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1):
     test_batch = int(training.get("test_batch_size", 1))
     max_len = training.get("max_seq_len")
     epochs = int(training.get("epochs", 1))
-    valid_ds = data.lm_dataset(corpus.valid, eval_batch, bptt, train=False)
+    valid_ds = distribute.lm_dataset_for(strategy, corpus.valid, eval_batch, bptt, train=False)
     positions = (len(corpus.train) // batch) - 1
     speed = WordsPerSecond(tokens_per_epoch=batch * positions)
     board = keras.callbacks.TensorBoard(log_dir=str(out / "logs"))
-    history, best = [], None
-    for epoch in range(epochs):
-        train_ds = data.lm_dataset(corpus.train, batch, bptt, train=True, seed=seed,
-                                   epoch=epoch, max_len=max_len)
+    history, best = state["history"], state["best"]
+    for epoch in range(state["epoch"], epochs):
+        train_ds = distribute.lm_dataset_for(strategy, corpus.train, batch, bptt, train=True,
+                                             seed=seed, epoch=epoch, max_len=max_len)
         hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
                          epochs=epoch + 1, verbose=verbose,
                          callbacks=[StopOnNaN(), speed, board])
@@ -158,13 +191,18 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1):
         if best is None or logs["val_perplexity"] < best["val_perplexity"]:
             best = logs
             model.save(out / "best.keras")
+        save_checkpoint(out, model, {"epoch": epoch + 1, "history": history, "best": best,
+                                     "fingerprint": print_})
+        if os.environ.get("TFLM_FAULT_KILL_AFTER_EPOCH") == str(epoch + 1):
+            os._exit(137)  # fault injection for the resume test: die like a killed process
     model.save(out / "final.keras")
 
     best_model = keras.saving.load_model(out / "best.keras")
     results = {"preset": config.get("preset"), "corpus": corpus.name,
                "vocab_size": len(vocabulary), "parameters": int(model.count_params()),
                "optimal_perplexity": optimal, "best_epoch": best["epoch"],
-               "words_per_second": speed.last, "history": history}
+               "words_per_second": speed.last or best.get("words_per_second"),
+               "history": history}
     results["train_perplexity"] = best["perplexity"]
     results["train_perplexity_note"] = "with dropout, averaged over the training epoch"
     for split, size in (("valid", eval_batch), ("test", test_batch)):
@@ -194,18 +232,25 @@ def main(argv=None):
     try:
         from tflm.callbacks import TrainingDiverged
         from tflm.data import CorpusNotFoundError
+        from zoo.checkpoint import CheckpointError
         from zoo.config import ConfigError, resolve_config
         from zoo.heads import head_names
         if args.head is not None and args.head not in head_names():
             raise UserError(f"unknown head {args.head!r}; choose one of "
                             f"{', '.join(head_names())}.")
-        config = resolve_config(args.preset, args.set, corpus=args.corpus, head=args.head,
-                                epochs=args.epochs, batch_size=args.batch_size, seed=args.seed)
-        out = args.out or os.path.join("runs", f"{pathlib.Path(args.preset).stem}-"
-                                       f"{time.strftime('%Y%m%d-%H%M%S')}")
+        if args.resume:
+            config, out = None, args.resume
+        else:
+            config = resolve_config(args.preset, args.set, corpus=args.corpus, head=args.head,
+                                    epochs=args.epochs, batch_size=args.batch_size,
+                                    seed=args.seed)
+            out = args.out or os.path.join("runs", f"{pathlib.Path(args.preset).stem}-"
+                                           f"{time.strftime('%Y%m%d-%H%M%S')}")
         results = run(config, out, data_dir=args.data_dir, init_from=args.init_from,
-                      verbose=0 if args.quiet else 1)
-    except (UserError, ConfigError, CorpusNotFoundError, TrainingDiverged) as err:
+                      verbose=0 if args.quiet else 1, resume=bool(args.resume),
+                      strategy_name=args.strategy)
+    except (UserError, ConfigError, CorpusNotFoundError, TrainingDiverged,
+            CheckpointError) as err:
         print(f"zoo.train: error: {err}", file=sys.stderr)
         return 2 if not isinstance(err, TrainingDiverged) else 3
     except ValueError as err:
