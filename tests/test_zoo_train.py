@@ -36,7 +36,15 @@ def test_main_job_end_to_end(tmp_path, capsys):
     for f in events:
         acc = EventAccumulator(str(f)); acc.Reload()
         tags |= set(acc.Tags().get("tensors", [])) | set(acc.Tags().get("scalars", []))
-    assert {"epoch_perplexity", "epoch_words_per_second", "epoch_learning_rate"} <= tags, tags
+    assert {"epoch_perplexity", "epoch_words_per_second", "epoch_learning_rate",
+            "epoch_grad_norm", "epoch_loss", "top_predictions"} <= tags, tags
+    import tensorflow as tf
+    logs = out / "logs"
+    assert "metadata.tsv" in (logs / "projector_config.pbtxt").read_text()
+    matrix = tf.train.load_checkpoint(str(logs / "embedding.ckpt")).get_tensor(
+        "embedding/.ATTRIBUTES/VARIABLE_VALUE")
+    assert matrix.shape == (40, 8)
+    assert len((logs / "metadata.tsv").read_text().splitlines()) == 40
     # The best model reproduces the reported validation perplexity.
     import keras
     from tflm import data

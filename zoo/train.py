@@ -114,6 +114,12 @@ def check_init_model(path, model, vocabulary):
     model.set_weights(src.get_weights())
 
 
+def _fixed_contexts(ids, count=3, length=20):
+    """A few fixed validation contexts (evenly spaced) for the top-5 predictions text."""
+    starts = [int(i * (len(ids) - length) / count) for i in range(count)]
+    return [ids[s:s + length] for s in starts]
+
+
 def _prepare_run_dir(out, config, vocabulary, resume):
     if resume:
         return
@@ -140,6 +146,7 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
 
     from tflm import data, distribute
     from tflm.callbacks import StopOnNaN, WordsPerSecond
+    from tflm.tensorboard import EmbeddingProjector, TopPredictionsText
     from zoo.checkpoint import fingerprint, load_checkpoint, read_state, save_checkpoint
 
     out = pathlib.Path(out_dir)
@@ -176,14 +183,17 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
     valid_ds = distribute.lm_dataset_for(strategy, corpus.valid, eval_batch, bptt, train=False)
     positions = (len(corpus.train) // batch) - 1
     speed = WordsPerSecond(tokens_per_epoch=batch * positions)
-    board = keras.callbacks.TensorBoard(log_dir=str(out / "logs"))
+    board = keras.callbacks.TensorBoard(log_dir=str(out / "logs"),
+                                        histogram_freq=int(training.get("histograms", 0)))
+    extras = [EmbeddingProjector(out / "logs", vocabulary),
+              TopPredictionsText(out / "logs", _fixed_contexts(corpus.valid), vocabulary)]
     history, best = state["history"], state["best"]
     for epoch in range(state["epoch"], epochs):
         train_ds = distribute.lm_dataset_for(strategy, corpus.train, batch, bptt, train=True,
                                              seed=seed, epoch=epoch, max_len=max_len)
         hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
                          epochs=epoch + 1, verbose=verbose,
-                         callbacks=[StopOnNaN(), speed, board])
+                         callbacks=[StopOnNaN(), speed, board, *extras])
         logs = {k: float(v[-1]) for k, v in hist.history.items()}
         logs["epoch"] = epoch + 1
         logs["learning_rate"] = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))

@@ -1,0 +1,92 @@
+"""TensorBoard extras for language models: embedding projector, top-k predictions as text.
+
+Keras 3's `TensorBoard` callback logs every scalar in the epoch logs (loss, perplexity,
+learning rate, words/s, gradient norm, averaging state) and optional weight histograms, but
+its `embeddings_freq` no longer writes a projector checkpoint; `EmbeddingProjector` does.
+TensorBoard writing goes through TensorFlow's summary API (imported lazily).
+"""
+
+import pathlib
+
+import keras
+import numpy as np
+
+
+class EmbeddingProjector(keras.callbacks.Callback):
+    """Write the embedding matrix with the vocabulary as projector metadata, every epoch.
+
+    Files in `log_dir`: `embedding.ckpt.*` (a `tf.train.Checkpoint` holding the matrix),
+    `metadata.tsv` (one token per line, in id order), `projector_config.pbtxt`.
+
+    Args:
+        log_dir: the run's TensorBoard directory.
+        vocabulary: tokens in id order (any iterable of str).
+        get_matrix: callable returning the (V, d) matrix; default: `model.embedding.embeddings`.
+    """
+
+    def __init__(self, log_dir, vocabulary, get_matrix=None):
+        super().__init__()
+        self.log_dir = pathlib.Path(log_dir)
+        self.vocabulary = [str(t) for t in vocabulary]
+        self.get_matrix = get_matrix
+
+    def on_epoch_end(self, epoch, logs=None):
+        import tensorflow as tf
+        from tensorboard.plugins import projector
+
+        matrix = (self.get_matrix() if self.get_matrix is not None
+                  else self.model.embedding.embeddings)
+        matrix = np.asarray(keras.ops.convert_to_numpy(matrix), dtype=np.float32)
+        if matrix.shape[0] != len(self.vocabulary):
+            raise ValueError(f"EmbeddingProjector: the matrix has {matrix.shape[0]} rows but "
+                             f"the vocabulary has {len(self.vocabulary)} tokens.")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        (self.log_dir / "metadata.tsv").write_text(
+            "\n".join(t if t.strip() else "<blank>" for t in self.vocabulary) + "\n",
+            encoding="utf-8")
+        checkpoint = tf.train.Checkpoint(embedding=tf.Variable(matrix))
+        checkpoint.write(str(self.log_dir / "embedding.ckpt"))  # overwritten every epoch
+        config = projector.ProjectorConfig()
+        config.model_checkpoint_path = "embedding.ckpt"
+        entry = config.embeddings.add()
+        entry.tensor_name = "embedding/.ATTRIBUTES/VARIABLE_VALUE"
+        entry.metadata_path = "metadata.tsv"
+        projector.visualize_embeddings(str(self.log_dir), config)
+
+
+class TopPredictionsText(keras.callbacks.Callback):
+    """Log, every epoch, a markdown table of the top-k next words for fixed contexts.
+
+    Args:
+        log_dir: TensorBoard directory (a `validation` subfolder is written).
+        contexts: list of 1-D token-id arrays (e.g. slices of the validation split).
+        vocabulary: tokens in id order.
+        k: how many predictions. Default 5.
+    """
+
+    def __init__(self, log_dir, contexts, vocabulary, k=5):
+        super().__init__()
+        self.log_dir = pathlib.Path(log_dir)
+        self.contexts = [np.asarray(c, dtype=np.int32) for c in contexts]
+        self.vocabulary = [str(t) for t in vocabulary]
+        self.k = int(k)
+        self._writer = None
+
+    def table(self):
+        rows = ["| context | top-%d next words (probability) |" % self.k, "| --- | --- |"]
+        for ids in self.contexts:
+            log_probs, _ = self.model.forward_with_state(ids[None, :], None, training=False)
+            last = np.asarray(keras.ops.convert_to_numpy(log_probs))[0, -1]
+            top = np.argsort(-last)[:self.k]
+            words = ", ".join(f"{self.vocabulary[i]} ({np.exp(last[i]):.3f})" for i in top)
+            context = " ".join(self.vocabulary[i] for i in ids[-12:])
+            rows.append(f"| ... {context} | {words} |")
+        return "\n".join(rows)
+
+    def on_epoch_end(self, epoch, logs=None):
+        import tensorflow as tf
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(str(self.log_dir / "validation"))
+        with self._writer.as_default():
+            tf.summary.text("top_predictions", self.table(), step=epoch)
+        self._writer.flush()
