@@ -141,3 +141,30 @@ def test_corrupt_checkpoint_is_refused_and_kept(tmp_path, capsys):
     assert state.read_text() == "{not json", "the checkpoint must not be touched"
     assert train.main(["--resume", str(tmp_path / "nothing"), "--quiet"]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_et_asgd_run_then_finetune(tmp_path, capsys):
+    out = tmp_path / "asgd"
+    code = train.main(["--epochs", "3", "--out", str(out), *TINY,
+                       "--set", "training.optimizer=asgd", "--set", "training.switch=epoch",
+                       "--set", "training.switch_epoch=1"])
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [h["averaging"] for h in metrics["history"]] == [0.0, 1.0, 1.0]
+    state = json.loads((out / "checkpoint" / "state.json").read_text())
+    assert state["trigger"] is not None
+    # best.keras holds the averaged weights: its validation perplexity is the logged one.
+    import keras
+    from tflm import data
+    config = json.loads((out / "config.json").read_text())
+    corpus, _ = train.load_data(config["corpus"], None)
+    best = keras.saving.load_model(out / "best.keras")
+    ds = data.lm_dataset(corpus.valid, config["training"]["eval_batch_size"], 10, train=False)
+    best_logged = min(h["val_perplexity"] for h in metrics["history"])
+    assert best.evaluate(ds, verbose=0, return_dict=True)["perplexity"] == \
+        pytest.approx(best_logged, rel=1e-5)
+    code = train.main(["--finetune", str(out), "--epochs", "2", "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    tuned = json.loads((out / "finetune" / "metrics.json").read_text())
+    assert tuned["history"][0]["averaging"] == 1.0
+    assert json.loads((out / "finetune" / "config.json").read_text())["finetune"]["from"]

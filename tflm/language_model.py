@@ -41,13 +41,15 @@ class LanguageModel(keras.Model):
             reference uses 1.2e-6). Default 0.
         scale_by_window: scale each step by T / bptt. Default True.
         carry_state: carry LSTM state across windows. Default True.
+        flooding_level: flood level b (Ishida et al. 2020): train on |L - b| + b; None
+            disables. Default None.
 
     Compile with an optimizer only: `model.compile(optimizer=keras.optimizers.SGD(30))`;
     the loss is the NLL of the log-probabilities the model returns.
     """
 
     def __init__(self, bptt=70, clip_norm=0.25, weight_decay=0.0, scale_by_window=True,
-                 carry_state=True, **kwargs):
+                 carry_state=True, flooding_level=None, **kwargs):
         super().__init__(**kwargs)
         if int(bptt) < 1:
             raise ValueError(f"bptt must be >= 1; got {bptt}.")
@@ -59,6 +61,7 @@ class LanguageModel(keras.Model):
             raise ValueError(f"weight_decay must be >= 0; got {weight_decay}.")
         self.weight_decay = float(weight_decay)
         self.scale_by_window = bool(scale_by_window)
+        self.flooding_level = None if flooding_level is None else float(flooding_level)
         self.carry_state = bool(carry_state)
         self._streams = None
         self.loss_tracker = TokenMeanNLL(name="loss")
@@ -201,5 +204,6 @@ class LanguageModel(keras.Model):
     def get_config(self):
         config = super().get_config()
         config.update(bptt=self.bptt, clip_norm=self.clip_norm, weight_decay=self.weight_decay,
-                      scale_by_window=self.scale_by_window, carry_state=self.carry_state)
+                      scale_by_window=self.scale_by_window, carry_state=self.carry_state,
+                      flooding_level=self.flooding_level)
         return config

@@ -41,6 +41,9 @@ def build_parser():
     p.add_argument("--init-from", help="start from the weights of a saved .keras model")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue a killed run from its last epoch checkpoint")
+    p.add_argument("--finetune", metavar="RUN_DIR",
+                   help="finetune the averaged best model of RUN_DIR (restart averaging, stop "
+                        "on the non-monotonic rule); writes into --out")
     p.add_argument("--strategy", default="default", choices=["default", "mirrored",
                                                              "multi-worker"],
                    help="tf.distribute strategy (TensorFlow backend)")
@@ -73,21 +76,46 @@ def load_data(corpus_cfg, data_dir):
 
 
 def make_optimizer(training):
+    """SGD, averaged SGD (NT-/ET-ASGD) or Adam from the preset's `training` part."""
     import keras
+
+    from tflm import optimizers
     name = str(training.get("optimizer", "sgd")).lower()
     lr = float(training.get("lr", 30.0))
+    multipliers = training.get("learning_rate_multipliers")
     if name == "sgd":
-        return keras.optimizers.SGD(learning_rate=lr)
+        return optimizers.SGD(lr, learning_rate_multipliers=multipliers)
+    if name == "asgd":
+        return optimizers.AveragedSGD(lr, learning_rate_multipliers=multipliers)
     if name == "adam":
         return keras.optimizers.Adam(learning_rate=lr)
-    raise UserError(f"unknown optimizer {name!r} in training.optimizer; use sgd or adam.")
+    raise UserError(f"unknown optimizer {name!r} in training.optimizer; use sgd, asgd or adam.")
+
+
+def make_trigger(training, finetune=False):
+    """The averaging trigger: `switch` = "nonmono" (NT-ASGD, `nonmono` epochs), "epoch"
+    (ET-ASGD at `switch_epoch`) or None; finetuning stops on the non-monotonic rule."""
+    from tflm.triggers import EpochTrigger, NonMonotonicTrigger
+    if str(training.get("optimizer", "sgd")).lower() != "asgd":
+        return None
+    if finetune:
+        return NonMonotonicTrigger(int(training.get("nonmono", 5)), on_trigger="stop",
+                                   verbose=0)
+    switch = training.get("switch", "nonmono")
+    if switch == "nonmono":
+        return NonMonotonicTrigger(int(training.get("nonmono", 5)), verbose=0)
+    if switch == "epoch":
+        return EpochTrigger(int(training.get("switch_epoch", 200)), verbose=0)
+    if switch in (None, "none"):
+        return None
+    raise UserError(f"unknown training.switch {switch!r}; use nonmono, epoch or none.")
 
 
 def build_model(config, vocab_size):
     from zoo.awd_lstm import AWDLSTM
     training = config["training"]
     kwargs = dict(config["model"])
-    for key in ("bptt", "clip_norm", "weight_decay", "seed"):
+    for key in ("bptt", "clip_norm", "weight_decay", "seed", "flooding_level"):
         if key in training:
             kwargs.setdefault(key, training[key])
     kwargs.pop("vocab_size", None)
@@ -114,6 +142,22 @@ def check_init_model(path, model, vocabulary):
     model.set_weights(src.get_weights())
 
 
+def _load_for_finetune(model, run_dir, vocabulary):
+    """Start from RUN_DIR's averaged best model and restart averaging from it."""
+    import keras
+
+    from tflm.optimizers import find_averaged_optimizer, start_finetune
+    path = pathlib.Path(run_dir) / "best.keras"
+    if not path.exists():
+        raise UserError(f"--finetune {run_dir}: no best.keras there; finetune a finished or "
+                        "checkpointed run directory.")
+    check_init_model(path, model, vocabulary)
+    if find_averaged_optimizer(model.optimizer) is None:
+        raise UserError("--finetune needs training.optimizer=asgd (averaged SGD).")
+    model.optimizer.build(model.trainable_variables)
+    start_finetune(model)
+
+
 def _fixed_contexts(ids, count=3, length=20):
     """A few fixed validation contexts (evenly spaced) for the top-5 predictions text."""
     starts = [int(i * (len(ids) - length) / count) for i in range(count)]
@@ -135,17 +179,20 @@ def _prepare_run_dir(out, config, vocabulary, resume):
 
 
 def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
-        strategy_name="default"):
+        strategy_name="default", finetune_from=None):
     """Train, checkpoint every epoch, evaluate the best model; returns the metrics dict.
 
     With `resume=True`, `config` is read from `out_dir/config.json` and training continues
     after the last checkpointed epoch with the same data order and random state, so the
-    result equals an uninterrupted run's.
+    result equals an uninterrupted run's. With `finetune_from=RUN_DIR` the averaged
+    `best.keras` of that run restarts averaging and training stops on the non-monotonic
+    rule (salesforce/awd-lstm-lm finetune.py).
     """
     import keras
 
     from tflm import data, distribute
     from tflm.callbacks import StopOnNaN, WordsPerSecond
+    from tflm.optimizers import averaged_weights
     from tflm.tensorboard import EmbeddingProjector, TopPredictionsText
     from zoo.checkpoint import fingerprint, load_checkpoint, read_state, save_checkpoint
 
@@ -173,6 +220,11 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
             state = {"epoch": 0, "history": [], "best": None, "fingerprint": print_}
             if init_from:
                 check_init_model(init_from, model, vocabulary)
+            if finetune_from:
+                _load_for_finetune(model, finetune_from, vocabulary)
+    trigger = make_trigger(training, finetune=bool(finetune_from or config.get("finetune")))
+    if trigger is not None and state.get("trigger"):
+        trigger.set_state(state["trigger"])
 
     bptt = int(training.get("bptt", 70))
     batch = int(training.get("batch_size", 20))
@@ -185,7 +237,8 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
     speed = WordsPerSecond(tokens_per_epoch=batch * positions)
     board = keras.callbacks.TensorBoard(log_dir=str(out / "logs"),
                                         histogram_freq=int(training.get("histograms", 0)))
-    extras = [EmbeddingProjector(out / "logs", vocabulary),
+    extras = [] if trigger is None else [trigger]
+    extras += [EmbeddingProjector(out / "logs", vocabulary),
               TopPredictionsText(out / "logs", _fixed_contexts(corpus.valid), vocabulary)]
     history, best = state["history"], state["best"]
     for epoch in range(state["epoch"], epochs):
@@ -193,19 +246,24 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
                                              seed=seed, epoch=epoch, max_len=max_len)
         hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
                          epochs=epoch + 1, verbose=verbose,
-                         callbacks=[StopOnNaN(), speed, board, *extras])
+                         callbacks=[StopOnNaN(), speed, *extras[:1], board, *extras[1:]])
         logs = {k: float(v[-1]) for k, v in hist.history.items()}
         logs["epoch"] = epoch + 1
         logs["learning_rate"] = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
         history.append(logs)
         if best is None or logs["val_perplexity"] < best["val_perplexity"]:
             best = logs
-            model.save(out / "best.keras")
-        save_checkpoint(out, model, {"epoch": epoch + 1, "history": history, "best": best,
-                                     "fingerprint": print_})
+            with averaged_weights(model):  # the averaged model, once averaging has started
+                model.save(out / "best.keras")
+        save_checkpoint(out, model, {
+            "epoch": epoch + 1, "history": history, "best": best, "fingerprint": print_,
+            "trigger": None if trigger is None else trigger.get_state()})
         if os.environ.get("TFLM_FAULT_KILL_AFTER_EPOCH") == str(epoch + 1):
             os._exit(137)  # fault injection for the resume test: die like a killed process
-    model.save(out / "final.keras")
+        if getattr(trigger, "stopped", False):
+            break
+    with averaged_weights(model):
+        model.save(out / "final.keras")
 
     best_model = keras.saving.load_model(out / "best.keras")
     results = {"preset": config.get("preset"), "corpus": corpus.name,
@@ -243,13 +301,27 @@ def main(argv=None):
         from tflm.callbacks import TrainingDiverged
         from tflm.data import CorpusNotFoundError
         from zoo.checkpoint import CheckpointError
-        from zoo.config import ConfigError, resolve_config
+        from zoo.config import ConfigError, apply_override, resolve_config
         from zoo.heads import head_names
         if args.head is not None and args.head not in head_names():
             raise UserError(f"unknown head {args.head!r}; choose one of "
                             f"{', '.join(head_names())}.")
         if args.resume:
             config, out = None, args.resume
+        elif args.finetune:
+            config = json.loads((pathlib.Path(args.finetune) / "config.json").read_text()) \
+                if (pathlib.Path(args.finetune) / "config.json").exists() else None
+            if config is None:
+                raise UserError(f"--finetune {args.finetune}: no config.json there.")
+            config["finetune"] = {"from": str(args.finetune)}
+            config["training"].update(config["training"].get("finetune_overrides", {}))
+            for key, value in (("epochs", args.epochs), ("batch_size", args.batch_size),
+                               ("seed", args.seed)):
+                if value is not None:
+                    config["training"][key] = value
+            for assignment in args.set:
+                apply_override(config, assignment)
+            out = args.out or str(pathlib.Path(args.finetune) / "finetune")
         else:
             config = resolve_config(args.preset, args.set, corpus=args.corpus, head=args.head,
                                     epochs=args.epochs, batch_size=args.batch_size,
@@ -258,7 +330,7 @@ def main(argv=None):
                                            f"{time.strftime('%Y%m%d-%H%M%S')}")
         results = run(config, out, data_dir=args.data_dir, init_from=args.init_from,
                       verbose=0 if args.quiet else 1, resume=bool(args.resume),
-                      strategy_name=args.strategy)
+                      strategy_name=args.strategy, finetune_from=args.finetune)
     except (UserError, ConfigError, CorpusNotFoundError, TrainingDiverged,
             CheckpointError) as err:
         print(f"zoo.train: error: {err}", file=sys.stderr)

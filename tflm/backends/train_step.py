@@ -11,6 +11,12 @@ Every backend does the same thing (reference: salesforce/awd-lstm-lm main.py `tr
                                              of length T by T / bptt; for SGD and averaged SGD
                                              scaling the clipped gradient is the same update)
     optimizer.apply(g)
+
+Flooding (Ishida et al. 2020), when `model.flooding_level` b is set, multiplies the gradient
+by sign(L - b) of the *global* window loss L (the gradient of |L - b| + b), after the replica
+all-reduce. Under mixed_float16 the loss is multiplied by the optimizer's loss scale before
+differentiation and the gradients are unscaled before clipping, then rescaled for the
+`LossScaleOptimizer`, which checks them for overflow and unscales them again.
 """
 
 import keras
@@ -37,6 +43,28 @@ def clip_and_scale(grads, clip_norm, scale, variables=None, weight_decay=0.0):
     return out, norm
 
 
+def _loss_scale(optimizer):
+    """The dynamic loss scale of a `LossScaleOptimizer`, else None."""
+    return getattr(optimizer, "dynamic_scale", None)
+
+
+def _processed(model, grads, variables, x, loss, num_replicas=1):
+    """Unscale, flood, clip, L2 and window-scale the (already all-reduced) gradients."""
+    scale = _loss_scale(model.optimizer)
+    if scale is not None:
+        grads = [None if g is None else g / ops.cast(scale, g.dtype) for g in grads]
+    if model.flooding_level is not None:
+        from tflm.flooding import flood_sign
+        sign = flood_sign(loss, model.flooding_level)
+        grads = [None if g is None else g * ops.cast(sign, g.dtype) for g in grads]
+    grads, norm = clip_and_scale(grads, model.clip_norm,
+                                 window_scale(model, x) / float(num_replicas),
+                                 variables, model.weight_decay)
+    if scale is not None:
+        grads = [None if g is None else g * ops.cast(scale, g.dtype) for g in grads]
+    return grads, norm
+
+
 def window_scale(model, x):
     """T / bptt for a window of length T (1.0 when the model does not scale)."""
     if not model.scale_by_window:
@@ -54,20 +82,24 @@ def tensorflow_train_step(model, data):
         log_probs = model(x, training=True)
         loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight)
         replica_loss = scale_loss_for_distribution(loss)
+        if _loss_scale(model.optimizer) is not None:
+            replica_loss = model.optimizer.scale_loss(replica_loss)
     variables = model.trainable_variables
     grads = tape.gradient(replica_loss, variables)
     replica_ctx = tf.distribute.get_replica_context()
     num_replicas = 1 if replica_ctx is None else replica_ctx.num_replicas_in_sync
+    global_loss = loss
     if num_replicas > 1:
         # Clip on the all-reduced (global) gradient; the optimizer sums again, hence / R.
         present = [i for i, g in enumerate(grads) if g is not None]
         reduced = replica_ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                                         [grads[i] for i in present])
-        for i, g in zip(present, reduced):
+                                         [grads[i] for i in present] + [replica_loss])
+        for i, g in zip(present, reduced[:-1]):
             grads[i] = g
-    grads, norm = clip_and_scale(grads, model.clip_norm,
-                                 window_scale(model, x) / float(num_replicas),
-                                 variables, model.weight_decay)
+        global_loss = reduced[-1]
+        if _loss_scale(model.optimizer) is not None:
+            global_loss = global_loss / model.optimizer.dynamic_scale
+    grads, norm = _processed(model, grads, variables, x, global_loss, num_replicas)
     model.optimizer.apply(grads, variables)
     return model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=norm)
 
@@ -80,12 +112,12 @@ def torch_train_step(model, data):
     model.zero_grad()
     log_probs = model(x, training=True)
     loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight)
-    loss.backward()
+    scaled = loss if _loss_scale(model.optimizer) is None else model.optimizer.scale_loss(loss)
+    scaled.backward()
     variables = model.trainable_variables
     grads = [v.value.grad for v in variables]
     with torch.no_grad():
-        grads, norm = clip_and_scale(grads, model.clip_norm, window_scale(model, x),
-                                     variables, model.weight_decay)
+        grads, norm = _processed(model, grads, variables, x, loss.detach())
         model.optimizer.apply(grads, variables)
     return model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=norm)
 

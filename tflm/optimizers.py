@@ -1,0 +1,429 @@
+"""SGD with per-variable learning-rate multipliers, and averaged SGD (NT-ASGD / ET-ASGD).
+
+`AveragedSGD` is plain SGD that, once averaging has started, also keeps the running mean of
+its iterates in one extra copy of the weights. Averaging is started by the trigger callbacks
+of `tflm.triggers` (`NonMonotonicTrigger`, `EpochTrigger`) or by hand; the averaged weights
+are swapped in for validation and saving with `averaged_weights(model)`.
+
+Which iterates enter the average (the exact semantics of `torch.optim.ASGD(lr, t0=0,
+lambd=0.)` that salesforce/awd-lstm-lm creates at the switch): number the SGD steps taken
+after averaging started k = 1, 2, ... and call theta_k the weights right after step k. The
+average after step k is
+
+    avg_1 = theta_1
+    avg_k = mean(theta_2, ..., theta_k)            for k >= 2
+
+computed as avg_k = avg_{k-1} + mu_k (theta_k - avg_{k-1}) with mu_k = 1 / max(1, k - 1)
+(mu_1 = mu_2 = 1 copy the iterate; mu_3 = 1/2, mu_4 = 1/3, ...). This is torch's recursion:
+its `mu` for step k is computed at the end of step k - 1 as 1 / max(1, (k - 1) - t0), so with
+t0 = 0 the first averaged iterate is overwritten at the second step and the mean runs over
+theta_2..theta_k. `AveragedSGD` reproduces it: `average_count` holds k, and avg_k is
+`mean(theta_2..theta_k)` (k - 1 iterates) once k >= 2. (mu is computed as 1/(k - 1) in the
+variable's dtype; torch rounds a double to float32, which can differ in the last bit.)
+
+The gradient g of every step is whatever the train step hands to `apply`; in
+`LanguageModel` that is the clipped gradient plus the L2 term, times T / bptt, which equals
+the reference's per-window learning rate and its ASGD `weight_decay`.
+"""
+
+import contextlib
+import math
+
+import keras
+from keras import ops
+
+from tflm.flooding import flood, flood_sign  # noqa: F401  (public as tflm.optimizers.flood)
+
+
+def _as_float_lr(learning_rate):
+    """Keras wants a Python float (or a schedule/callable); accept ints such as 30."""
+    if isinstance(learning_rate, bool):
+        raise ValueError(f"learning_rate must be a number; got {learning_rate!r}.")
+    if isinstance(learning_rate, int):
+        learning_rate = float(learning_rate)
+    if isinstance(learning_rate, float):
+        if not math.isfinite(learning_rate) or learning_rate < 0:
+            raise ValueError(f"learning_rate must be a finite number >= 0; got {learning_rate}.")
+    return learning_rate
+
+
+def _check_multipliers(multipliers):
+    if multipliers is None:
+        return {}
+    if not isinstance(multipliers, dict):
+        raise ValueError("learning_rate_multipliers must be a dict {variable path or "
+                         f"substring: multiplier}}; got {multipliers!r}.")
+    out = {}
+    for key, value in multipliers.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"learning_rate_multipliers keys must be non-empty strings "
+                             f"(variable paths or substrings); got {key!r}.")
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            value = float("nan")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"learning_rate_multipliers[{key!r}] must be a finite number "
+                             f">= 0; got {multipliers[key]!r}.")
+        out[key] = value
+    return out
+
+
+def _variable_path(variable):
+    return getattr(variable, "path", None) or str(variable.name)
+
+
+def resolve_multipliers(multipliers, variables):
+    """The multiplier of each variable: an exact path match wins, else the substring keys
+    contained in the path (they must agree), else 1.0. A key matching no variable is an
+    error (it is almost always a typo)."""
+    paths = [_variable_path(v) for v in variables]
+    out = []
+    for path in paths:
+        if path in multipliers:
+            out.append(multipliers[path])
+            continue
+        hits = [k for k in multipliers if k in path]
+        values = {multipliers[k] for k in hits}
+        if len(values) > 1:
+            raise ValueError(
+                f"variable {path!r} matches learning_rate_multipliers keys "
+                f"{sorted(hits)} with different multipliers; use its full path as the key.")
+        out.append(values.pop() if values else 1.0)
+    unused = [k for k in multipliers if not any(k in path for path in paths)]
+    if unused:
+        shown = ", ".join(paths[:12]) + (", ..." if len(paths) > 12 else "")
+        raise ValueError(f"learning_rate_multipliers key(s) {unused} match no trainable "
+                         f"variable; the variable paths are: {shown}.")
+    return out
+
+
+@keras.saving.register_keras_serializable(package="tflm")
+class SGD(keras.optimizers.Optimizer):
+    """Plain SGD with optional per-variable learning-rate multipliers.
+
+        theta <- theta - learning_rate * m(theta) * g
+
+    where m is 1 unless `learning_rate_multipliers` names the variable. With no multipliers
+    the update is bit-for-bit `keras.optimizers.SGD` (no momentum). Weight decay and
+    gradient clipping of the language models are done by their train step.
+
+    Args:
+        learning_rate: float, schedule or callable. Default 30.0 (AWD-LSTM on WikiText-2).
+        learning_rate_multipliers: dict {variable path or substring of it: multiplier},
+            e.g. `{"pre_slopes": 0.02 / 30}` gives `PLIFLayer`'s slopes a learning rate of
+            0.02 while the rest of the model uses 30 (the reference optimizes them in their
+            own parameter group). Paths are `variable.path` ("awdlstm/plif/pre_slopes").
+            An exact path match wins over substrings; a key that matches
+            no variable raises when the optimizer is built. Default None.
+        name: optimizer name. Other keyword arguments go to `keras.optimizers.Optimizer`.
+
+    Example:
+
+    >>> opt = SGD(20.0, learning_rate_multipliers={"pre_slopes": 0.02 / 20})
+    >>> model.compile(optimizer=opt)
+    """
+
+    def __init__(self, learning_rate=30.0, learning_rate_multipliers=None, name=None,
+                 **kwargs):
+        super().__init__(learning_rate=_as_float_lr(learning_rate), name=name, **kwargs)
+        self.learning_rate_multipliers = _check_multipliers(learning_rate_multipliers)
+        self._multipliers = []
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self._multipliers = resolve_multipliers(self.learning_rate_multipliers, variables)
+
+    def multiplier_of(self, variable):
+        """The learning-rate multiplier the built optimizer uses for `variable`."""
+        return self._multipliers[self._get_variable_index(variable)]
+
+    def _sgd_step(self, gradient, variable, learning_rate):
+        learning_rate = ops.cast(learning_rate, variable.dtype)
+        multiplier = self._multipliers[self._get_variable_index(variable)]
+        if multiplier != 1.0:
+            learning_rate = ops.multiply(learning_rate, ops.cast(multiplier, variable.dtype))
+        gradient = ops.cast(gradient, variable.dtype)
+        self.assign_sub(variable, ops.multiply(gradient, learning_rate))
+
+    def update_step(self, gradient, variable, learning_rate):
+        self._sgd_step(gradient, variable, learning_rate)
+
+    def get_config(self):
+        config = super().get_config()
+        config["learning_rate_multipliers"] = dict(self.learning_rate_multipliers)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tflm")
+class AveragedSGD(SGD):
+    """Averaged SGD: SGD whose iterates are averaged once averaging has started.
+
+    Until averaging starts this is exactly `SGD` (the weights follow the same bits). From
+    then on, after every step k = 1, 2, ... (theta_k = the weights after step k):
+
+        theta_k = theta_{k-1} - lr * m * g_k
+        avg_k   = theta_k                                   k <= 2
+        avg_k   = avg_{k-1} + (theta_k - avg_{k-1}) / (k - 1)    k >= 3
+                = mean(theta_2, ..., theta_k)
+
+    which is `torch.optim.ASGD(lr, t0=0, lambd=0.)`, the optimizer salesforce/awd-lstm-lm
+    switches to (see the module docstring for why theta_1 drops out). The model keeps
+    training on the raw iterates theta; the average is a separate copy of the weights (one
+    optimizer variable per trainable variable, plus two scalar counters; nothing grows with
+    the number of steps). Swap it in for evaluation and saving with `averaged_weights(model)`.
+
+    Averaging starts at step `start_averaging` (the step taken when `optimizer.iterations`
+    equals it is averaged step k = 1), or when `start_averaging_now()` is called (the next
+    step is k = 1), which is what the triggers in `tflm.triggers` do. `restart_averaging()`
+    drops the average and starts a new one (finetuning).
+
+    Args:
+        learning_rate: float, schedule or callable. Default 30.0.
+        start_averaging: iteration at which averaging starts, or None (not yet; a trigger
+            or `start_averaging_now()` starts it). Default None.
+        learning_rate_multipliers: see `SGD`. Default None.
+        name: optimizer name. Other keyword arguments go to `keras.optimizers.Optimizer`
+            (`gradient_accumulation_steps` is not supported).
+
+    Example:
+
+    >>> from tflm.triggers import NonMonotonicTrigger
+    >>> model.compile(optimizer=AveragedSGD(30.0))
+    >>> model.fit(train, validation_data=valid, epochs=500,
+    ...           callbacks=[NonMonotonicTrigger(patience=5)])
+    >>> with averaged_weights(model):
+    ...     model.evaluate(test)
+
+    Reference: Polyak & Juditsky 1992, "Acceleration of stochastic approximation by
+    averaging"; Merity, Keskar & Socher 2018, "Regularizing and Optimizing LSTM Language
+    Models" §3 (NT-ASGD); Parthiban 2020 thesis §4.3.2.2 (ET-ASGD).
+    """
+
+    def __init__(self, learning_rate=30.0, start_averaging=None,
+                 learning_rate_multipliers=None, name=None, **kwargs):
+        if kwargs.get("gradient_accumulation_steps"):
+            raise ValueError("AveragedSGD averages the iterate of every optimizer step and "
+                             "does not support gradient_accumulation_steps="
+                             f"{kwargs['gradient_accumulation_steps']!r}; accumulate in the "
+                             "data pipeline (a larger batch) instead.")
+        super().__init__(learning_rate=learning_rate,
+                         learning_rate_multipliers=learning_rate_multipliers, name=name,
+                         **kwargs)
+        if start_averaging is not None and (
+                isinstance(start_averaging, bool) or not isinstance(start_averaging, (int, float))
+                or int(start_averaging) != start_averaging or int(start_averaging) < 0):
+            raise ValueError("start_averaging must be None or an iteration number >= 0; "
+                             f"got {start_averaging!r}.")
+        start = -1 if start_averaging is None else int(start_averaging)
+        self._averaging_start = self.add_variable(
+            shape=(), dtype=self._iterations.dtype, name="averaging_start",
+            initializer=keras.initializers.Constant(start), aggregation="only_first_replica")
+        self._average_count = self.add_variable(
+            shape=(), dtype=self._iterations.dtype, name="average_count",
+            initializer="zeros", aggregation="only_first_replica")
+        self._averages = []
+        self._average_loaded = False
+
+    # ---- graph-side state --------------------------------------------------------------
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self._averages = self.add_optimizer_variables(variables, "asgd_average")
+
+    def _averaging_active(self):
+        start = ops.convert_to_tensor(self._averaging_start)
+        return ops.logical_and(ops.greater_equal(start, 0),
+                               ops.greater_equal(ops.convert_to_tensor(self._iterations), start))
+
+    def update_step(self, gradient, variable, learning_rate):
+        self._sgd_step(gradient, variable, learning_rate)
+        average = self._averages[self._get_variable_index(variable)]
+        if average is None:
+            return
+        k = ops.convert_to_tensor(self._average_count)  # averaged steps before this one
+        theta = ops.convert_to_tensor(variable)
+        old = ops.convert_to_tensor(average)
+        mu = ops.divide(ops.cast(1.0, variable.dtype),
+                        ops.maximum(ops.cast(k, variable.dtype), ops.cast(1.0, variable.dtype)))
+        blended = ops.add(old, ops.multiply(ops.subtract(theta, old), mu))
+        new = ops.where(ops.less_equal(k, 1), theta, blended)  # torch copies when mu == 1
+        self.assign(average, ops.where(self._averaging_active(), new, old))
+
+    def apply(self, grads, trainable_variables=None):
+        if len(grads) == 0:
+            return
+        active = self._averaging_active()  # before `apply` increments the iteration count
+        super().apply(grads, trainable_variables)
+        self._average_count.assign_add(ops.cast(active, self._average_count.dtype))
+
+    # ---- Python-side control -----------------------------------------------------------
+    @property
+    def start_iteration(self):
+        """The iteration at which averaging starts(ed), or None."""
+        start = int(ops.convert_to_numpy(self._averaging_start))
+        return None if start < 0 else start
+
+    @property
+    def is_averaging(self):
+        """True once the steps being taken enter the average."""
+        start = self.start_iteration
+        return start is not None and int(ops.convert_to_numpy(self._iterations)) >= start
+
+    @property
+    def average_count(self):
+        """k: the number of averaged steps so far (the average holds max(1, k - 1) iterates)."""
+        return int(ops.convert_to_numpy(self._average_count))
+
+    @property
+    def has_average(self):
+        """True when there is an average to swap in (averaging on, at least one step)."""
+        return self.is_averaging and self.average_count > 0
+
+    @property
+    def average_variables(self):
+        """The averaged copies, aligned with the variables the optimizer was built on."""
+        return list(self._averages)
+
+    def _copy_weights_into_averages(self):
+        for variable, average in zip(self._trainable_variables, self._averages):
+            if average is not None:
+                average.assign(variable)
+
+    def start_averaging_now(self):
+        """Average from the next step on (k = 1 at the next step). No-op when averaging is
+        already on. The averages are set to the current weights (so a variable that never
+        receives a gradient averages to its constant value)."""
+        if self.is_averaging:
+            return
+        self.restart_averaging()
+
+    def restart_averaging(self):
+        """Drop the current average and start a new one with the next step (finetuning)."""
+        if self._average_loaded:
+            raise RuntimeError("cannot restart averaging while the averaged weights are "
+                               "loaded into the model; leave `averaged_weights` first.")
+        self._averaging_start.assign(ops.cast(self._iterations, self._averaging_start.dtype))
+        self._average_count.assign(ops.zeros((), self._average_count.dtype))
+        if self.built:
+            self._copy_weights_into_averages()
+
+    def stop_averaging(self):
+        """Back to plain SGD (the average is kept but no longer updated or swapped in)."""
+        self._averaging_start.assign(ops.cast(-1, self._averaging_start.dtype))
+
+    def _pairs(self, variables=None):
+        if not self.built:
+            raise ValueError("the optimizer is not built yet (no training step taken); "
+                             "call optimizer.build(model.trainable_variables) first.")
+        if variables is None:
+            pairs = zip(self._trainable_variables, self._averages)
+        else:
+            pairs = [(v, self._averages[self._get_variable_index(v)]) for v in variables]
+        return [(v, a) for v, a in pairs if a is not None]
+
+    def swap_average_weights(self, variables=None):
+        """Exchange the values of the model variables and their averages, in place.
+
+        An involution: calling it twice restores both bit for bit, and it needs no memory
+        beyond one variable at a time. While swapped, the optimizer's average variables
+        hold the raw iterates, so save with `averaged_weights` (which copies) instead.
+
+        Args:
+            variables: the model variables to swap (default: all it was built on).
+        """
+        for variable, average in self._pairs(variables):
+            raw = ops.copy(ops.convert_to_tensor(variable))
+            variable.assign(ops.convert_to_tensor(average))
+            average.assign(raw)
+
+    def load_average_weights(self):
+        """Copy the average into the model variables; return the raw weights to restore with
+        `restore_weights`, or None (nothing done) when there is no average yet or it is
+        already loaded. Prefer the `averaged_weights(model)` context manager."""
+        if self._average_loaded or not self.has_average:
+            return None
+        pairs = self._pairs()
+        backup = [ops.copy(ops.convert_to_tensor(v)) for v, _ in pairs]
+        for variable, average in pairs:
+            variable.assign(ops.convert_to_tensor(average))
+        self._average_loaded = True
+        return backup
+
+    def restore_weights(self, backup):
+        """Put back the raw weights returned by `load_average_weights` (bit for bit)."""
+        if backup is None:
+            return
+        for (variable, _), raw in zip(self._pairs(), backup):
+            variable.assign(raw)
+        self._average_loaded = False
+
+    def get_config(self):
+        config = super().get_config()
+        config["start_averaging"] = self.start_iteration
+        return config
+
+
+def find_averaged_optimizer(model_or_optimizer):
+    """The `AveragedSGD` of a model or optimizer (looking inside loss-scale wrappers), or
+    None."""
+    opt = getattr(model_or_optimizer, "optimizer", model_or_optimizer)
+    for _ in range(4):
+        if isinstance(opt, AveragedSGD):
+            return opt
+        opt = getattr(opt, "inner_optimizer", None)
+    return None
+
+
+@contextlib.contextmanager
+def averaged_weights(model):
+    """Context manager: the model holds the averaged weights inside, its raw weights after.
+
+    On entry the averages of the model's `AveragedSGD` are copied into the model variables
+    (a temporary copy of the raw weights is kept); on exit the raw weights are copied back,
+    bit for bit, even if the block raises. The optimizer's own variables are untouched, so a
+    `model.save` inside the block writes the averaged model with a consistent optimizer
+    state (what the reference's "Saving Averaged!" checkpoint holds). It does nothing when
+    the model's optimizer is not averaging yet (or is not an `AveragedSGD`), and nested uses
+    do nothing. Yields True when averaged weights are in the model.
+
+    Example:
+
+    >>> with averaged_weights(model) as averaged:
+    ...     model.save("best.keras")
+    """
+    opt = find_averaged_optimizer(model)
+    backup = None if opt is None else opt.load_average_weights()
+    try:
+        yield backup is not None
+    finally:
+        if backup is not None:
+            opt.restore_weights(backup)
+
+
+def start_finetune(model):
+    """Start the finetuning stage: average again, starting from the averaged weights.
+
+    Copies the current average into the model (when there is one: e.g. a model that was
+    just trained with NT-ASGD; a model loaded from a checkpoint saved inside
+    `averaged_weights` already holds them), then restarts averaging from the next step.
+    This is the reference's finetune.py: load the averaged model, create a fresh
+    `ASGD(t0=0, lambd=0)`, and stop with the non-monotonic rule
+    (`NonMonotonicTrigger(on_trigger="stop")`).
+
+    Returns the model's `AveragedSGD`.
+    """
+    opt = find_averaged_optimizer(model)
+    if opt is None:
+        raise TypeError("start_finetune needs a model compiled with tflm.optimizers."
+                        f"AveragedSGD; model.optimizer is {type(model.optimizer).__name__}.")
+    if not opt.built:
+        opt.build(model.trainable_variables)
+    if opt.has_average:
+        for variable, average in opt._pairs():
+            variable.assign(ops.convert_to_tensor(average))
+    opt.restart_averaging()
+    return opt
