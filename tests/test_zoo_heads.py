@@ -1,0 +1,63 @@
+"""Every head plugs into zoo.AWDLSTM by name; every preset builds."""
+
+import numpy as np
+import pytest
+import keras
+
+import zoo
+from zoo.heads import head_names, make_head
+
+V = 30
+TINY = dict(embed_dim=8, hidden_dim=12, num_layers=3, seed=1, bptt=6)
+
+
+@pytest.mark.parametrize("name", ["softmax", "mos", "moc", "gss", "ss", "plif", "mixtape", "doc"])
+def test_head_by_name_trains_saves_and_normalizes(name, tmp_path):
+    assert name in head_names()
+    head = {"type": name}
+    if name in ("mos", "moc"):
+        head["num_experts"] = 3
+    if name == "plif":
+        head["num_intervals"] = 50
+    model = zoo.AWDLSTM(V, head=head, **TINY)
+    model.compile(optimizer=keras.optimizers.SGD(1.0))
+    x = np.random.default_rng(0).integers(0, V, size=(2, 6)).astype("int32")
+    logs = model.train_on_batch(x, x, return_dict=True)
+    assert np.isfinite(logs["loss"])
+    lp = np.asarray(model.forward_with_state(x)[0])
+    np.testing.assert_allclose(np.exp(lp).sum(-1), 1.0, atol=1e-5)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    np.testing.assert_array_equal(np.asarray(loaded.forward_with_state(x)[0]), lp)
+    assert loaded.head.embedding is loaded.embedding
+
+
+def test_doc_head_receives_every_layer():
+    model = zoo.AWDLSTM(V, head={"type": "doc", "num_components_per_layer": [0, 2, 3]}, **TINY)
+    model.build()
+    assert model.head_takes_all_layers
+
+
+def test_unknown_head_and_bad_arguments():
+    with pytest.raises(ValueError, match="Unknown head 'nope'"):
+        make_head("nope", vocab_size=10)
+    with pytest.raises(ValueError, match="bogus"):
+        make_head({"type": "mos", "bogus": 1}, vocab_size=10)
+
+
+@pytest.mark.parametrize("name", zoo.list_presets())
+def test_every_preset_builds_and_runs(name):
+    preset = zoo.load_preset(name)
+    assert {"description", "corpus", "model", "training"} <= set(preset)
+    if name != "synthetic":
+        assert "published" in preset and "reproduces" in preset
+    small = {"embed_dim": 8, "hidden_dim": 12}
+    if preset["model"].get("last_dim"):
+        small["last_dim"] = 10
+    head = dict(preset["model"]["head"])
+    if head.get("type") == "plif":
+        head["num_intervals"] = 20
+    model = zoo.from_preset(name, vocab_size=V, head=head, **small)
+    x = np.zeros((1, 4), "int32")
+    assert np.asarray(model.forward_with_state(x)[0]).shape == (1, 4, V)
+    assert model.bptt == preset["training"]["bptt"]

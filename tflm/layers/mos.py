@@ -1,0 +1,183 @@
+"""Mixture of Softmaxes (high rank) and Mixture of Contexts (low-rank baseline) output heads."""
+
+import keras
+from keras import ops
+
+from tflm.layers.dropout import LockedDropout
+from tflm.layers.head import LogProbHead
+
+
+def _check_positive_int(layer, name, value, allow_none=False):
+    if value is None and allow_none:
+        return None
+    try:
+        ok = int(value) == value and int(value) >= 1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{layer}: {name} must be a positive integer; got {name}={value!r}.")
+    return int(value)
+
+
+def mixture_log_probs(logits, log_prior):
+    """log sum_k pi_k softmax(logits_k), combined in log space.
+
+        log P = logsumexp_k (log pi_k + l_k - logsumexp_V(l_k))
+
+    Args:
+        logits: `(batch, time, K, V)`, cast to float32.
+        log_prior: `(batch, time, K)` log mixture weights (float32).
+
+    Returns:
+        `(batch, time, V)` float32 log-probabilities.
+    """
+    logits = ops.cast(logits, "float32")
+    lse = ops.logsumexp(logits, axis=-1, keepdims=True)                   # (B, T, K, 1), small
+    shift = ops.expand_dims(ops.cast(log_prior, "float32"), -1) - lse     # (B, T, K, 1), small
+    return ops.logsumexp(logits + shift, axis=2)
+
+
+class _MixtureBase(LogProbHead):
+    """Shared parameterization of MoS and MoC: latent Dense(K*L)+tanh and prior Dense(K)."""
+
+    def __init__(self, num_experts, embedding=None, vocab_size=None, latent_dim=None,
+                 latent_dropout=0.0, seed=None, **kwargs):
+        super().__init__(embedding=embedding, vocab_size=vocab_size, **kwargs)
+        name = type(self).__name__
+        self.num_experts = _check_positive_int(name, "num_experts", num_experts)
+        self.latent_dim = _check_positive_int(name, "latent_dim", latent_dim, allow_none=True)
+        if (self.tied and self.latent_dim is not None
+                and self.latent_dim != self.embedding.embed_dim):
+            raise ValueError(
+                f"{name}: a tied decoder needs latent_dim == embed_dim "
+                f"({self.embedding.embed_dim}); got latent_dim={latent_dim}. Leave latent_dim "
+                "as None to use the embedding size.")
+        latent_dropout = float(latent_dropout)
+        if not 0.0 <= latent_dropout < 1.0:
+            raise ValueError(f"{name}: latent_dropout must be in [0, 1); "
+                             f"got latent_dropout={latent_dropout}.")
+        self.latent_dropout = latent_dropout
+        self.seed = seed
+        self.dropout = LockedDropout(latent_dropout, seed=seed, name="latent_dropout")
+
+    def _latent_size(self, input_dim):
+        if self.latent_dim is not None:
+            return self.latent_dim
+        return self.embedding.embed_dim if self.tied else int(input_dim)
+
+    def build(self, input_shape):
+        input_dim = int(input_shape[-1])
+        size = self._latent_size(input_dim)
+        self._latent_units = size
+        self.latent_kernel = self.add_weight(
+            shape=(input_dim, self.num_experts * size), name="latent_kernel",
+            initializer="glorot_uniform")
+        self.latent_bias = self.add_weight(
+            shape=(self.num_experts * size,), name="latent_bias", initializer="zeros")
+        self.prior_kernel = self.add_weight(
+            shape=(input_dim, self.num_experts), name="prior_kernel",
+            initializer="glorot_uniform")
+        self.build_projection(size)
+        self.built = True
+
+    def latent(self, g, training=False):
+        """Component context vectors h_k = tanh(W_k g + b_k), `(batch, time, K, L)`."""
+        z = (ops.matmul(g, ops.cast(self.latent_kernel, g.dtype))
+             + ops.cast(self.latent_bias, g.dtype))
+        shape = ops.shape(g)
+        h = ops.reshape(ops.tanh(z), tuple(shape[:-1]) + (self.num_experts, self._latent_units))
+        return self.dropout(h, training=training)
+
+    def prior_logits(self, g):
+        """Unnormalized mixture weights g W_pi (no bias), `(batch, time, K)`, float32."""
+        return ops.cast(ops.matmul(g, ops.cast(self.prior_kernel, g.dtype)), "float32")
+
+    def mixture_weights(self, g):
+        """pi = softmax(g W_pi), `(batch, time, K)`, float32 (for analysis)."""
+        if not self.built:
+            self.build(g.shape)
+        g = ops.cast(g, self.compute_dtype)
+        return ops.softmax(self.prior_logits(g), axis=-1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_experts=self.num_experts, latent_dim=self.latent_dim,
+                      latent_dropout=self.latent_dropout, seed=self.seed)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tflm")
+class MoSLayer(_MixtureBase):
+    """Mixture of Softmaxes output head (log-probabilities).
+
+        pi_{c,k}  = softmax_k(w_{pi,k}^T g_c)                  (no bias)
+        h_{c,k}   = tanh(W_{h,k} g_c + b_k)                    (one Dense(K*L) then reshape)
+        log P(w|c) = logsumexp_k [ log pi_{c,k} + log_softmax(h_{c,k} E^T + b)_w ]
+
+    The mixture is combined in log space (never log(sum p + eps)); with K = 1 it is exactly
+    the softmax head on tanh(W g + b). `latent_dropout` is locked dropout on the (B, T, K, L)
+    latent with an independent mask per sequence and component (the reference's dropoutl).
+
+    Memory: all K component logits are formed as one (B, T, K, V) tensor (one batched matmul,
+    fast on accelerators). Forward peak is that tensor plus one elementwise temporary of the
+    same size inside each logsumexp, i.e. about 2 * B*T*K*V floats (plus another B*T*K*V when
+    the matmul runs in bfloat16 and is cast to float32); the per-component normalizers are
+    (B, T, K) only. The backward pass keeps O(B*T*K*V) as in any MoS. Reference PTB sizes
+    (B=12, T=70, K=15, V=10,000): 126M floats = 504 MB per (B, T, K, V) tensor.
+
+    Args:
+        num_experts: K, the number of softmax components (15 in the reference).
+        embedding: `TiedEmbedding` (tied decoder with its bias), or None.
+        vocab_size: V for an untied decoder.
+        latent_dim: L, size of each component's context vector. Default: the embedding size
+            (tied) or the input size (untied). Must equal the embedding size when tied.
+        latent_dropout: locked-dropout rate on the latent, in [0, 1). Default 0.0.
+        seed: int seed for the latent dropout. Default None.
+
+    Input shape: `(batch, time, d)` (last-layer output g). Output shape: `(batch, time, V)`,
+    float32.
+
+    Example:
+    >>> emb = TiedEmbedding(100, 16)
+    >>> head = MoSLayer(num_experts=4, embedding=emb, latent_dropout=0.29)
+    >>> head(np.zeros((2, 5, 32), "float32")).shape
+    (2, 5, 100)
+
+    Reference: Yang et al. 2018 (ICLR), "Breaking the Softmax Bottleneck", §2.4.
+    """
+
+    def call(self, g, training=False):
+        logits = self.project(self.latent(g, training=training))          # (B, T, K, V)
+        log_prior = ops.log_softmax(self.prior_logits(g), axis=-1)        # (B, T, K)
+        return mixture_log_probs(logits, log_prior)
+
+
+@keras.saving.register_keras_serializable(package="tflm")
+class MoCLayer(_MixtureBase):
+    """Mixture of Contexts output head: mix the context vectors, then one softmax.
+
+        h_c = sum_k pi_{c,k} tanh(W_{h,k} g_c + b_k),   pi_c = softmax(W_pi g_c)
+        log P(w|c) = log_softmax(h_c E^T + b)_w
+
+    Same parameters as `MoSLayer`, but the log-probability matrix keeps the softmax
+    bottleneck: rank <= L + 2 (L = latent size; +1 for the bias, +1 for normalization).
+    Memory is that of a softmax head (the mixture is (B, T, K, L)).
+
+    Args:
+        num_experts: K. embedding, vocab_size, latent_dim, latent_dropout, seed: as `MoSLayer`.
+
+    Input shape: `(batch, time, d)`. Output shape: `(batch, time, V)`, float32.
+
+    Example:
+    >>> emb = TiedEmbedding(100, 16)
+    >>> MoCLayer(num_experts=4, embedding=emb)(np.zeros((2, 5, 32), "float32")).shape
+    (2, 5, 100)
+
+    Reference: Yang et al. 2018 (ICLR), §2.5.
+    """
+
+    def call(self, g, training=False):
+        h = self.latent(g, training=training)                             # (B, T, K, L)
+        pi = ops.softmax(self.prior_logits(g), axis=-1)                   # (B, T, K)
+        mixed = ops.sum(h * ops.cast(ops.expand_dims(pi, -1), h.dtype), axis=2)
+        return ops.log_softmax(ops.cast(self.project(mixed), "float32"), axis=-1)
