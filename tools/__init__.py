@@ -1,0 +1,13 @@
+"""Analysis tools for trained language models (run after training).
+
+Modules are imported on demand; nothing heavy is imported here.
+
+- ``tools.qmatrix_io``: open and validate a log-probability matrix Q_theta (``.npy``).
+- ``tools.spectrum``: exact singular values (LAPACK, streamed TSQR) and a labelled
+  approximate randomized variant.
+- ``tools.rank``: Press rank, numpy rank, epsilon-effective rank; ``python -m tools.rank``.
+- ``tools.plots``: singular value plots (thesis Figures 5.9-5.12, MoS App. C.1).
+- ``tools.divergence``: expected pairwise KL between next-word distributions, top-k tables.
+- ``tools.stats``: two-sided Wilcoxon rank-sum test over seeds.
+- ``tools.noise_robustness``: Press-rank robustness experiments (thesis §5.5, §5.6).
+"""

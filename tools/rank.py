@@ -1,0 +1,280 @@
+"""Numerical rank of Q_theta from its singular values: Press rank, numpy rank, eps-effective rank.
+
+Given singular values s_1 >= ... >= s_n of an M x N matrix stored in a floating dtype with
+machine epsilon eps (``np.finfo(dtype).eps``; float32: 1.19e-7, float64: 2.22e-16):
+
+- Press rank  = #{ i : s_i > 0.5 * sqrt(M + N + 1) * s_max * eps }   (Press et al.,
+  Numerical Recipes 3rd ed. 2007, §2.6; used by Yang et al. 2018 ICLR §3 and Parthiban 2020
+  thesis §2.3, §4.3.3).
+- numpy rank  = #{ i : s_i > s_max * max(M, N) * eps }   (``numpy.linalg.matrix_rank``
+  default; thesis §2.3).
+- eps-effective rank = smallest k with sum_{i<=k} s_i^2 >= (1 - eps) * sum_i s_i^2
+  (thesis §5.6, eq. 5.2; reported for eps = 1e-3, 1e-4, 1e-5 in Tables 5.14 / 5.15).
+
+Command line (one or several matrices, a table on stdout, JSON and PNG plots on request)::
+
+    python -m tools.rank softmax_q.npy mos_q.npy --labels Softmax MoS \\
+        --json ranks.json --plot figs/ptb_test --save-spectrum spectra/
+    python -m tools.rank --spectrum spectra/Softmax.npz --eps 1e-3 1e-4 1e-5
+
+A file that is not a 2-D float matrix (or holds NaN / inf) gives a one-line error on stderr
+and exit status 2.
+"""
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+
+import numpy as np
+
+DEFAULT_EPS = (1e-3, 1e-4, 1e-5)
+
+
+def _spectrum_array(s):
+    s = np.asarray(s, dtype=np.float64).reshape(-1)
+    if s.size and (not np.all(np.isfinite(s)) or np.any(s < 0)):
+        raise ValueError("singular values must be finite and non-negative; got min "
+                         f"{np.nanmin(s)!r}, max {np.nanmax(s)!r}")
+    return s
+
+
+def _check_shape(shape):
+    if len(shape) != 2 or min(shape) < 1:
+        raise ValueError(f"shape must be (M, N) with M, N >= 1, got {tuple(shape)}")
+    return int(shape[0]), int(shape[1])
+
+
+def machine_eps(dtype):
+    """Machine epsilon of the matrix dtype, e.g. ``machine_eps("float32") == 2**-23``."""
+    dt = np.dtype(dtype)
+    if dt.kind != "f":
+        raise ValueError(f"dtype must be a floating dtype (the dtype of Q), got {dt}")
+    return float(np.finfo(dt).eps)
+
+
+def press_threshold(s_max, shape, dtype):
+    """0.5 * sqrt(M + N + 1) * s_max * eps(dtype) (Numerical Recipes §2.6)."""
+    m, n = _check_shape(shape)
+    return 0.5 * math.sqrt(m + n + 1.0) * float(s_max) * machine_eps(dtype)
+
+
+def numpy_threshold(s_max, shape, dtype):
+    """s_max * max(M, N) * eps(dtype) (``numpy.linalg.matrix_rank`` default)."""
+    m, n = _check_shape(shape)
+    return float(s_max) * max(m, n) * machine_eps(dtype)
+
+
+def press_rank(s, shape, dtype):
+    """Press rank: #{ s_i > 0.5 * sqrt(M + N + 1) * s_max * eps(dtype) }.
+
+    Args:
+        s: singular values (any order).
+        shape: (M, N) of the matrix.
+        dtype: dtype of the matrix (its machine epsilon sets the threshold).
+
+    Returns:
+        int.
+
+    Example:
+        >>> press_rank([10.0, 1.0, 1e-9], (100, 3), "float32")
+        2
+    """
+    s = _spectrum_array(s)
+    if s.size == 0:
+        return 0
+    return int(np.count_nonzero(s > press_threshold(s.max(), shape, dtype)))
+
+
+def numpy_rank(s, shape, dtype):
+    """numpy rank: #{ s_i > s_max * max(M, N) * eps(dtype) } (``np.linalg.matrix_rank``).
+
+    Example:
+        >>> numpy_rank([10.0, 1.0, 1e-9], (100, 3), "float64")
+        3
+    """
+    s = _spectrum_array(s)
+    if s.size == 0:
+        return 0
+    return int(np.count_nonzero(s > numpy_threshold(s.max(), shape, dtype)))
+
+
+def effective_rank(s, eps=DEFAULT_EPS):
+    """eps-effective rank: smallest k with sum_{i<=k} s_i^2 >= (1 - eps) sum_i s_i^2.
+
+    Parthiban 2020 thesis §5.6, eq. 5.2. Singular values are sorted in descending order
+    first. An all-zero spectrum has effective rank 0.
+
+    Args:
+        s: singular values.
+        eps: a float in [0, 1], or a sequence of them (default 1e-3, 1e-4, 1e-5).
+
+    Returns:
+        int for a float `eps`; dict {eps: int} for a sequence.
+
+    Example:
+        >>> effective_rank([3.0, 2.0, 1.0], 0.1)   # 9 + 4 = 13 >= 0.9 * 14
+        2
+        >>> effective_rank([3.0, 2.0, 1.0], [0.5, 0.0])
+        {0.5: 1, 0.0: 3}
+    """
+    if isinstance(eps, (list, tuple, np.ndarray)):
+        return {float(e): effective_rank(s, float(e)) for e in eps}
+    e = float(eps)
+    if not 0.0 <= e <= 1.0:
+        raise ValueError(f"eps must be in [0, 1], got {eps!r}")
+    s = np.sort(_spectrum_array(s))[::-1]
+    if s.size == 0:
+        return 0
+    energy = np.cumsum(s * s)
+    total = energy[-1]  # the same summation order as the partial sums
+    if total == 0.0:
+        return 0
+    return int(min(np.searchsorted(energy, (1.0 - e) * total, side="left") + 1, s.size))
+
+
+def eps_key(eps):
+    """JSON / table key of an eps value: ``1e-03`` style."""
+    return f"{float(eps):.0e}"
+
+
+def rank_report(spectrum, eps_list=DEFAULT_EPS, label=None):
+    """All rank measures of one `SpectrumResult` as a JSON-serializable dict.
+
+    Keys: label, source, shape, dtype, compute_dtype, method, exact, approximate, s_max,
+    press_threshold, press_rank, numpy_threshold, numpy_rank, effective_rank
+    ({"1e-03": k, ...}), num_values, seconds. For a randomized (APPROXIMATE) spectrum
+    holding only the top k values, every count is over those k values.
+    """
+    s = spectrum.values
+    smax = float(s.max()) if s.size else 0.0
+    eps_list = [float(e) for e in (eps_list if eps_list is not None else DEFAULT_EPS)]
+    eff = effective_rank(s, eps_list)
+    return {
+        "label": label if label is not None else spectrum.source,
+        "source": spectrum.source,
+        "shape": list(spectrum.shape),
+        "dtype": spectrum.dtype,
+        "compute_dtype": spectrum.compute_dtype,
+        "method": spectrum.method,
+        "exact": bool(spectrum.exact),
+        "approximate": not spectrum.exact,
+        "s_max": smax,
+        "press_threshold": press_threshold(smax, spectrum.shape, spectrum.dtype),
+        "press_rank": press_rank(s, spectrum.shape, spectrum.dtype),
+        "numpy_threshold": numpy_threshold(smax, spectrum.shape, spectrum.dtype),
+        "numpy_rank": numpy_rank(s, spectrum.shape, spectrum.dtype),
+        "effective_rank": {eps_key(e): eff[e] for e in eps_list},
+        "num_values": int(s.size),
+        "seconds": float(spectrum.seconds),
+    }
+
+
+def format_rank_table(reports):
+    """A plain-text table of `rank_report` dicts (one row per matrix)."""
+    if not reports:
+        return ""
+    eps_keys = list(reports[0]["effective_rank"])
+    header = ["model", "shape", "dtype", "method", "s_max", "Press rank", "numpy rank"]
+    header += [f"eff. rank eps={k}" for k in eps_keys] + ["seconds"]
+    rows = []
+    for r in reports:
+        method = r["method"] + (" (APPROXIMATE)" if r["approximate"] else "")
+        rows.append([str(r["label"]), f"{r['shape'][0]:,} x {r['shape'][1]:,}", r["dtype"],
+                     method, f"{r['s_max']:.6g}", f"{r['press_rank']:,}",
+                     f"{r['numpy_rank']:,}"]
+                    + [f"{r['effective_rank'].get(k, float('nan')):,}" for k in eps_keys]
+                    + [f"{r['seconds']:.2f}"])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.rjust(w) if i >= 4 else c.ljust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    out = [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+    if any(r["approximate"] for r in reports):
+        out.append("APPROXIMATE: randomized SVD gives only the top-k singular values, "
+                   "approximately; ranks above are not exact.")
+    return "\n".join(out)
+
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="python -m tools.rank",
+        description="Singular values and ranks (Press, numpy, eps-effective) of one or "
+                    "several log-probability matrices Q (.npy, rows = contexts).")
+    p.add_argument("q", nargs="*", help=".npy files holding Q (M x N float16/32/64)")
+    p.add_argument("--method", default="auto", choices=["auto", "lapack", "tsqr",
+                                                        "randomized"],
+                   help="SVD method (default auto: exact; randomized is APPROXIMATE)")
+    p.add_argument("--labels", nargs="+", help="one label per matrix / spectrum, in order")
+    p.add_argument("--json", metavar="OUT.json", help="write the reports as JSON")
+    p.add_argument("--plot", metavar="PREFIX", help="write PREFIX_*.png spectrum plots")
+    p.add_argument("--eps", nargs="+", type=float, default=list(DEFAULT_EPS),
+                   help="eps values for the effective rank (default 1e-3 1e-4 1e-5)")
+    p.add_argument("--spectrum", nargs="+", default=[], metavar="FILE",
+                   help="saved spectra (.npz/.json from --save-spectrum) to re-threshold")
+    p.add_argument("--save-spectrum", metavar="DIR",
+                   help="save each computed spectrum as DIR/<label>.npz")
+    p.add_argument("--block-rows", type=int, help="rows per block for tsqr / randomized")
+    p.add_argument("--dtype", choices=["float32", "float64"], help="compute dtype")
+    p.add_argument("--k", type=int, help="number of singular values (randomized only)")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    return p
+
+
+def main(argv=None):
+    """Entry point of ``python -m tools.rank``; returns the exit status."""
+    from tools.qmatrix_io import QMatrixError
+    from tools.spectrum import SpectrumResult, singular_values
+
+    args = _parser().parse_args(argv)
+    prog = "tools.rank"
+    inputs = [("q", p) for p in args.q] + [("spectrum", p) for p in args.spectrum]
+    if not inputs:
+        print(f"{prog}: error: give at least one Q .npy file or --spectrum FILE",
+              file=sys.stderr)
+        return 2
+    if args.labels and len(args.labels) != len(inputs):
+        print(f"{prog}: error: {len(args.labels)} labels for {len(inputs)} inputs; give one "
+              f"label per matrix / spectrum", file=sys.stderr)
+        return 2
+    for e in args.eps:
+        if not 0.0 <= e <= 1.0:
+            print(f"{prog}: error: --eps values must be in [0, 1], got {e}", file=sys.stderr)
+            return 2
+    reports, spectra, labels = [], [], []
+    for i, (kind, path) in enumerate(inputs):
+        label = args.labels[i] if args.labels else pathlib.Path(path).stem
+        try:
+            if kind == "q":
+                spec = singular_values(path, method=args.method, block_rows=args.block_rows,
+                                       dtype=args.dtype, device=args.device,
+                                       progress=args.progress, k=args.k)
+                if args.save_spectrum:
+                    out = pathlib.Path(args.save_spectrum)
+                    out.mkdir(parents=True, exist_ok=True)
+                    spec.save(out / f"{label}.npz")
+            else:
+                spec = SpectrumResult.load(path)
+        except (QMatrixError, FileNotFoundError, ValueError, RuntimeError, OSError) as exc:
+            msg = " ".join(str(exc).split())
+            print(f"{prog}: error: {msg}", file=sys.stderr)
+            return 2
+        spectra.append(spec)
+        labels.append(label)
+        reports.append(rank_report(spec, args.eps, label=label))
+    print(format_rank_table(reports))
+    if args.json:
+        pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.json, "w") as fh:
+            json.dump({"reports": reports}, fh, indent=2)
+        print(f"wrote {args.json}")
+    if args.plot:
+        from tools.plots import plot_all
+        for path in plot_all(spectra, labels, args.plot).values():
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
