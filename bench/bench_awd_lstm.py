@@ -33,7 +33,7 @@ keras.utils.set_random_seed(0)
 model = zoo.from_preset("awd_lstm_ptb")
 model.compile(optimizer=keras.optimizers.SGD(30.0))
 try:
-    corpus = data.load_corpus("ptb"); ids = corpus.train; source = "ptb"
+    corpus = data.load_corpus("ptb", data_dir=args["data_dir"], download=False); ids = corpus.train; source = "ptb"
 except Exception:
     ids = np.random.default_rng(0).integers(0, 10000, size=400_000).astype("int32"); source = "random"
 batch, bptt = args["batch"], args["bptt"]
@@ -86,6 +86,8 @@ def main():
     p.add_argument("--batch", type=int, default=20)
     p.add_argument("--bptt", type=int, default=70)
     p.add_argument("--backends", default="tensorflow")
+    p.add_argument("--data-dir", default=os.environ.get("TFLM_DATA_DIR",
+                                                        str(REPO.parent / "shared" / "data")))
     p.add_argument("--results", default=str(REPO / "bench" / "RESULTS.md"))
     args = p.parse_args()
     rows = [run_backend(b, args) for b in args.backends.split(",")]

@@ -54,7 +54,10 @@ def build_parser():
 
 
 def load_data(corpus_cfg, data_dir):
-    """(Corpus, optimal perplexity or None) for the configured corpus."""
+    """(Corpus, optimal perplexity or None) for the configured corpus.
+
+    Named corpora accept `max_train_tokens` / `max_valid_tokens` / `max_test_tokens` to keep
+    only the first tokens of a split (shortened reproductions on small machines)."""
     from tflm import data
     cfg = dict(corpus_cfg)
     name = cfg.pop("name", "synthetic")
@@ -72,7 +75,12 @@ def load_data(corpus_cfg, data_dir):
             raise UserError(f"bad synthetic corpus settings: {err}") from err
         corpus = language.to_corpus(seed=language.seed + 1, **sizes)
         return corpus, float(language.optimal_perplexity)
-    return data.load_corpus(name, data_dir=data_dir), None
+    limits = {split: cfg.pop(f"max_{split}_tokens", None) for split in ("train", "valid", "test")}
+    corpus = data.load_corpus(name, data_dir=data_dir)
+    for split, limit in limits.items():
+        if limit is not None:  # a shortened run: the first `limit` tokens of the split
+            setattr(corpus, split, corpus.split(split)[:int(limit)])
+    return corpus, None
 
 
 def make_optimizer(training):
