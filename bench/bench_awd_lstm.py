@@ -14,12 +14,13 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import subprocess
 import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from machine import cpu_model  # noqa: E402
 
 WORKER = r"""
 import json, os, resource, sys, time
@@ -91,8 +92,7 @@ def main():
     p.add_argument("--results", default=str(REPO / "bench" / "RESULTS.md"))
     args = p.parse_args()
     rows = [run_backend(b, args) for b in args.backends.split(",")]
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                if l.startswith("model name")), platform.processor())
+    cpu = cpu_model()
     lines = [f"### awd_lstm_ptb training throughput ({time.strftime('%Y-%m-%d')})", "",
              f"`python bench/bench_awd_lstm.py --steps {args.steps} --backends {args.backends}`"
              f" on {cpu}, {os.cpu_count()} cores; batch {args.batch}, bptt {args.bptt} "

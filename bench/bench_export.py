@@ -11,13 +11,14 @@ for all 82,429 rows, and the process's peak RSS. Appends a table to bench/RESULT
 import argparse
 import os
 import pathlib
-import platform
 import resource
 import sys
 import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from machine import cpu_model  # noqa: E402
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -41,8 +42,7 @@ def main():
     meta = export_q(model, corpus, "test", out, max_rows=args.rows)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rows_total = len(corpus.test) - 1
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                if l.startswith("model name")), platform.processor())
+    cpu = cpu_model()
     table = "\n".join([
         f"### Q_theta export throughput, awd_lstm_ptb shape ({time.strftime('%Y-%m-%d')}, "
         f"KERAS_BACKEND={keras.backend.backend()})", "",

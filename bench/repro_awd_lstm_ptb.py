@@ -12,13 +12,14 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from machine import cpu_model  # noqa: E402
 
 
 def main():
@@ -47,8 +48,7 @@ def main():
     if proc.returncode != 0:
         sys.exit(f"zoo.train failed:\n{proc.stderr[-3000:]}")
     metrics = json.loads((out / "metrics.json").read_text())
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                if l.startswith("model name")), platform.processor())
+    cpu = cpu_model()
     lines = [f"### Shortened awd_lstm_ptb reproduction ({time.strftime('%Y-%m-%d')}, "
              f"KERAS_BACKEND={args.backend})", "",
              f"`python bench/repro_awd_lstm_ptb.py --epochs {args.epochs}"

@@ -61,3 +61,17 @@ def test_every_preset_builds_and_runs(name):
     x = np.zeros((1, 4), "int32")
     assert np.asarray(model.forward_with_state(x)[0]).shape == (1, 4, V)
     assert model.bptt == preset["training"]["bptt"]
+
+
+def test_plif_preset_gives_the_slopes_their_own_learning_rate():
+    from zoo.train import make_optimizer
+    preset = zoo.load_preset("awd_lstm_plif_ptb")
+    model = zoo.from_preset("awd_lstm_plif_ptb", vocab_size=V, embed_dim=8, hidden_dim=12,
+                            head={"type": "plif", "num_intervals": 20})
+    model.compile(optimizer=make_optimizer(preset["training"]))
+    x = np.zeros((2, 5), "int32")
+    model.train_on_batch(x, x)
+    multipliers = {v.path: model.optimizer.multiplier_of(v) for v in model.trainable_variables}
+    plif = [m for p, m in multipliers.items() if "plif" in p]
+    assert plif and all(m * preset["training"]["lr"] == pytest.approx(0.02) for m in plif)
+    assert all(m == 1.0 for p, m in multipliers.items() if "plif" not in p)
