@@ -188,3 +188,18 @@ def test_jax_backend_forward_and_backward():
     """)
     norm_err, finite, total = out.split()[-3:]
     assert float(norm_err) < 1e-5 and finite == "True" and float(total) > 0
+
+
+def test_flooding_above_the_loss_reverses_the_step():
+    x, y = next(_windows(_tokens((2, 9), seed=4), 8))
+    plain = _no_dropout(clip_norm=0.05)
+    flooded = _no_dropout(clip_norm=0.05, flooding_level=100.0)  # b > loss: ascend
+    plain.build(); flooded.build()
+    flooded.set_weights(plain.get_weights())
+    start = [w.copy() for w in plain.get_weights()]
+    for m in (plain, flooded):
+        m.compile(optimizer=keras.optimizers.SGD(0.5))
+        m.train_on_batch(x, y)
+    for w0, a, b in zip(start, plain.get_weights(), flooded.get_weights()):
+        np.testing.assert_allclose(b - w0, -(a - w0), atol=1e-7)
+    assert flooded.get_config()["flooding_level"] == 100.0

@@ -153,6 +153,12 @@ def test_et_asgd_run_then_finetune(tmp_path, capsys):
     assert [h["averaging"] for h in metrics["history"]] == [0.0, 1.0, 1.0]
     state = json.loads((out / "checkpoint" / "state.json").read_text())
     assert state["trigger"] is not None
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    tags = set()
+    for f in (out / "logs").rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(f)); acc.Reload()
+        tags |= set(acc.Tags().get("tensors", [])) | set(acc.Tags().get("scalars", []))
+    assert "epoch_averaging" in tags
     # best.keras holds the averaged weights: its validation perplexity is the logged one.
     import keras
     from tflm import data
