@@ -104,14 +104,15 @@ def test_ar_tar_enter_the_training_loss():
 
 
 def test_fit_learns_and_resets_state_each_epoch():
+    keras.utils.set_random_seed(0)
     model = _no_dropout()
     model.compile(optimizer=keras.optimizers.SGD(5.0))
     pattern = np.tile(np.arange(6, dtype="int32"), 80)[None].repeat(4, 0)
     xs, ys = zip(*_windows(pattern, 10))
     ds = tf.data.Dataset.from_tensor_slices((np.stack(xs[:-1]), np.stack(ys[:-1])))
-    hist = model.fit(ds, epochs=4, verbose=0, validation_data=ds)
+    hist = model.fit(ds, epochs=8, verbose=0, validation_data=ds)
     ppl = hist.history["val_perplexity"]
-    assert ppl[-1] < ppl[0] and ppl[-1] < 3.0, ppl
+    assert ppl[-1] < ppl[0] and ppl[-1] < 1.5, ppl  # a 6-token cycle is learnable exactly
     assert {"loss", "nll", "perplexity", "grad_norm", "val_perplexity"} <= set(hist.history)
 
 
