@@ -7,10 +7,13 @@ perplexity next to the language's optimal perplexity.
 Writes into `--out` (default `runs/<preset>-<time>`):
   config.json     the fully resolved configuration
   vocab.txt       the vocabulary (one token per line, in id order)
-  best.keras      the model with the best validation perplexity so far (saved every improvement)
-  final.keras     the model after the last epoch
+  best.keras      the model with the best validation perplexity so far (averaged weights
+                  once averaged SGD has switched)
+  final.keras     the model after the last epoch (averaged weights likewise)
+  checkpoint/     the last epoch's checkpoint, for --resume
   metrics.json    per-epoch history and the final train/valid/test figures
-  logs/           TensorBoard event files (loss, perplexity, learning rate, words/s per epoch)
+  logs/           TensorBoard: loss, perplexity, learning rate, averaging, words/s, gradient
+                  norm per epoch; embedding projector; top-5 predictions text
 """
 
 import argparse
@@ -303,13 +306,32 @@ def summary_table(results):
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
+def finetune_config(args):
+    """The configuration of a finetuning run: RUN_DIR's config with the preset's
+    `finetune_overrides`, then the command line's flags and `--set` overrides."""
+    from zoo.config import apply_override
+    path = pathlib.Path(args.finetune) / "config.json"
+    if not path.exists():
+        raise UserError(f"--finetune {args.finetune}: no config.json there.")
+    config = json.loads(path.read_text())
+    config["finetune"] = {"from": str(args.finetune)}
+    config["training"].update(config["training"].get("finetune_overrides", {}))
+    for key, value in (("epochs", args.epochs), ("batch_size", args.batch_size),
+                       ("seed", args.seed)):
+        if value is not None:
+            config["training"][key] = value
+    for assignment in args.set:
+        apply_override(config, assignment)
+    return config
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         from tflm.callbacks import TrainingDiverged
         from tflm.data import CorpusNotFoundError
         from zoo.checkpoint import CheckpointError
-        from zoo.config import ConfigError, apply_override, resolve_config
+        from zoo.config import ConfigError, resolve_config
         from zoo.heads import head_names
         if args.head is not None and args.head not in head_names():
             raise UserError(f"unknown head {args.head!r}; choose one of "
@@ -317,18 +339,7 @@ def main(argv=None):
         if args.resume:
             config, out = None, args.resume
         elif args.finetune:
-            config = json.loads((pathlib.Path(args.finetune) / "config.json").read_text()) \
-                if (pathlib.Path(args.finetune) / "config.json").exists() else None
-            if config is None:
-                raise UserError(f"--finetune {args.finetune}: no config.json there.")
-            config["finetune"] = {"from": str(args.finetune)}
-            config["training"].update(config["training"].get("finetune_overrides", {}))
-            for key, value in (("epochs", args.epochs), ("batch_size", args.batch_size),
-                               ("seed", args.seed)):
-                if value is not None:
-                    config["training"][key] = value
-            for assignment in args.set:
-                apply_override(config, assignment)
+            config = finetune_config(args)
             out = args.out or str(pathlib.Path(args.finetune) / "finetune")
         else:
             config = resolve_config(args.preset, args.set, corpus=args.corpus, head=args.head,
