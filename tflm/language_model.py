@@ -1,5 +1,7 @@
 """`LanguageModel`: a `keras.Model` that trains and evaluates over BPTT windows."""
 
+import contextlib
+
 import keras
 from keras import ops
 
@@ -27,7 +29,10 @@ class LanguageModel(keras.Model):
     - the LSTM state of every stream is carried from one window to the next (per replica),
       without gradient across windows, separately for training and for inference; it is
       zeroed at the start of every epoch and of every `evaluate` / `predict` (DESIGN
-      contract 3; no `stateful=True`);
+      contract 3; no `stateful=True`). On JAX the jitted steps are stateless, so the state
+      lives in non-trainable variables of the batch's shape (not weights, not saved), made
+      when fit / evaluate / predict start; each distinct window length compiles the step
+      once;
     - the train step (see `tflm.backends.train_step`): loss = token-mean NLL +
       `sum(model.losses)`, global-norm clipping at `clip_norm`, L2 `weight_decay`, gradient
       scaled by window length / `bptt` (the reference's per-window learning rate);
@@ -94,6 +99,41 @@ class LanguageModel(keras.Model):
         for name in (("train", "eval") if which == "all" else (which,)):
             self._streams[name].reset()
 
+    # ---- JAX: the carried state is non-trainable variables of a fixed batch shape ------
+    @property
+    def variables(self):
+        variables = super().variables
+        if self._streams is not None and keras.backend.backend() == "jax":
+            for name in ("train", "eval"):
+                variables = variables + self._streams[name].variables()
+        return variables
+
+    def _ensure_jax_streams(self, training, batch_size):
+        """Create the JAX state variables for `batch_size` streams (outside jit)."""
+        if keras.backend.backend() != "jax" or not self.carry_state or batch_size is None:
+            return
+        if getattr(self, "_jax_state", None) and not getattr(self, "_jax_state_synced", True):
+            return  # a training loop holds the live state; the variable list must not change
+        self._stream_store(training).ensure(int(batch_size))
+
+    def _symbolic_build(self, iterator=None, data_batch=None):
+        # JAX fit / evaluate / train_on_batch / test_on_batch pass here with the data before
+        # the jitted step fetches the variable state: make the stream variables now.
+        mode = getattr(self, "_jax_stream_mode", None)
+        if keras.backend.backend() == "jax" and self.carry_state and mode is not None:
+            if data_batch is None and iterator is not None:
+                for _, _, data_or_iterator in iterator:
+                    if isinstance(data_or_iterator, (list, tuple)):
+                        data_batch = data_or_iterator[0]
+                    else:
+                        data_batch = next(data_or_iterator)
+                    break
+            if data_batch is not None:
+                from keras.src.trainers.data_adapters import data_adapter_utils
+                x, _, _ = data_adapter_utils.unpack_x_y_sample_weight(data_batch)
+                self._ensure_jax_streams(mode == "train", _leading_dim(x))
+        return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
+
     def call(self, tokens, training=False):
         if not self.carry_state:
             log_probs, _ = self.forward_with_state(tokens, None, training=training)
@@ -105,8 +145,9 @@ class LanguageModel(keras.Model):
         return log_probs
 
     # ---- loss and metrics --------------------------------------------------------------
-    def compute_lm_loss(self, y, log_probs, sample_weight=None):
-        """(loss, NLL sum, token count) for one window; loss adds `self.losses`."""
+    def compute_lm_loss(self, y, log_probs, sample_weight=None, extra_losses=None):
+        """(loss, NLL sum, token count) for one window; loss adds `self.losses` (or
+        `extra_losses` when given: the losses a stateless JAX call collected)."""
         nll = token_nll(y, log_probs)
         if sample_weight is None:
             weights = ops.ones_like(nll)
@@ -115,7 +156,7 @@ class LanguageModel(keras.Model):
         nll_sum = ops.sum(nll * weights)
         tokens = ops.sum(weights)
         loss = nll_sum / ops.maximum(tokens, 1.0)
-        extra = self.losses
+        extra = self.losses if extra_losses is None else list(extra_losses)
         if extra:
             loss = loss + ops.sum(ops.stack([ops.cast(l, "float32") for l in extra]))
         return loss, nll_sum, tokens
@@ -162,10 +203,15 @@ class LanguageModel(keras.Model):
         if self.built and self.optimizer is not None:
             self.optimizer.build(self.trainable_variables)
 
-    def train_step(self, data):
-        return lm_train_step(self, data)
+    def train_step(self, *args):
+        # TensorFlow / PyTorch: train_step(data); JAX: train_step(state, data), stateless.
+        return lm_train_step(self, *args)
 
-    def test_step(self, data):
+    def test_step(self, *args):
+        if keras.backend.backend() == "jax":
+            from tflm.backends.jax_step import jax_test_step
+            return jax_test_step(self, *args)
+        (data,) = args
         from keras.src.trainers.data_adapters import data_adapter_utils
         x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
         log_probs = self(x, training=False)
@@ -191,15 +237,42 @@ class LanguageModel(keras.Model):
         callbacks = list(callbacks or [])
         if not any(isinstance(c, ResetTrainingStreams) for c in callbacks):
             callbacks.append(ResetTrainingStreams())
-        return super().fit(*args, callbacks=callbacks, **kwargs)
+        with self._jax_stream_scope("train"):
+            return super().fit(*args, callbacks=callbacks, **kwargs)
 
     def evaluate(self, *args, **kwargs):
         self.reset_stream_states("eval")
-        return super().evaluate(*args, **kwargs)
+        with self._jax_stream_scope("eval"):
+            return super().evaluate(*args, **kwargs)
 
-    def predict(self, *args, **kwargs):
+    def predict(self, x, batch_size=None, *args, **kwargs):
         self.reset_stream_states("eval")
-        return super().predict(*args, **kwargs)
+        if keras.backend.backend() == "jax":
+            self._ensure_jax_streams(False, _predict_batch_size(x, batch_size))
+        return super().predict(x, batch_size, *args, **kwargs)
+
+    def train_on_batch(self, x, *args, **kwargs):
+        with self._jax_stream_scope("train"):
+            return super().train_on_batch(x, *args, **kwargs)
+
+    def test_on_batch(self, x, *args, **kwargs):
+        with self._jax_stream_scope("eval"):
+            return super().test_on_batch(x, *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        if keras.backend.backend() == "jax":
+            self._ensure_jax_streams(False, _leading_dim(x))
+        return super().predict_on_batch(x)
+
+    @contextlib.contextmanager
+    def _jax_stream_scope(self, mode):
+        """While fit / evaluate / *_on_batch runs, tell `_symbolic_build` which store."""
+        previous = getattr(self, "_jax_stream_mode", None)
+        self._jax_stream_mode = mode
+        try:
+            yield
+        finally:
+            self._jax_stream_mode = previous
 
     def get_config(self):
         config = super().get_config()
@@ -207,3 +280,25 @@ class LanguageModel(keras.Model):
                       scale_by_window=self.scale_by_window, carry_state=self.carry_state,
                       flooding_level=self.flooding_level)
         return config
+
+
+def _leading_dim(x):
+    """The static batch size of the first input tensor, or None."""
+    from keras import tree
+    for item in tree.flatten(x):
+        shape = getattr(item, "shape", None)
+        if shape is not None and len(shape) and shape[0] is not None:
+            return int(shape[0])
+    return None
+
+
+def _predict_batch_size(x, batch_size):
+    """Batch size `predict` will use: arrays are cut in `batch_size` (32) rows, a
+    tf.data.Dataset gives its element spec; None when unknown."""
+    spec = getattr(x, "element_spec", None)
+    if spec is not None:
+        return _leading_dim(spec)
+    n = _leading_dim(x)
+    if n is None:
+        return None
+    return min(n, int(batch_size or 32))

@@ -122,13 +122,18 @@ def torch_train_step(model, data):
     return model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=norm)
 
 
-def lm_train_step(model, data):
+def lm_train_step(model, *args):
+    """`lm_train_step(model, data)` (TensorFlow, PyTorch) or `lm_train_step(model, state,
+    data)` (JAX, stateless: see `tflm.backends.jax_step`)."""
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        return tensorflow_train_step(model, data)
+        return tensorflow_train_step(model, *args)
     if backend == "torch":
-        return torch_train_step(model, data)
+        return torch_train_step(model, *args)
+    if backend == "jax":
+        from tflm.backends.jax_step import jax_train_step
+        return jax_train_step(model, *args)
     raise NotImplementedError(
-        f"The language-model train step is implemented for the TensorFlow and PyTorch "
-        f"backends; KERAS_BACKEND={backend!r} can run the model forward and backward "
-        "(model.forward_with_state) but not model.fit yet.")
+        f"The language-model train step is implemented for the TensorFlow, JAX and PyTorch "
+        f"backends; KERAS_BACKEND={backend!r} can run the model forward "
+        "(model.forward_with_state) but not model.fit.")

@@ -1,0 +1,334 @@
+"""tools/compare_frameworks.py, the native PyTorch peer (tools/torch_native.py) and the JAX
+train step of `LanguageModel` that the comparison needs."""
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from tests.backends import run_in_backend
+from tools import compare_frameworks as cf
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+KERAS_BACKENDS = [b for b in ("tensorflow", "jax", "torch")
+                  if importlib.util.find_spec(b) is not None]
+
+TINY = {
+    "description": "tiny MoS AWD-LSTM on a 50-word synthetic language (tests only)",
+    "corpus": {"name": "synthetic", "kind": "mixture", "vocab_size": 50, "num_components": 2,
+               "component_rank": 4, "temperature": 0.5, "seed": 0, "train_tokens": 4000,
+               "valid_tokens": 800, "test_tokens": 200},
+    "model": {"embed_dim": 8, "hidden_dim": 16, "num_layers": 2, "last_dim": 12,
+              "tie_weights": True, "dropout": 0.1, "dropout_h": 0.1, "dropout_i": 0.1,
+              "dropout_e": 0.1, "weight_dropout": 0.2, "alpha": 2.0, "beta": 1.0,
+              "head": {"type": "mos", "num_experts": 3, "latent_dropout": 0.1}},
+    "training": {"batch_size": 4, "eval_batch_size": 4, "bptt": 10, "lr": 5.0,
+                 "weight_decay": 1.2e-6, "clip_norm": 0.25, "seed": 3},
+}
+
+
+def _tiny_preset(tmp_path, **model):
+    preset = json.loads(json.dumps(TINY))
+    preset["model"].update(model)
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(preset))
+    return path
+
+
+# ---- the arithmetic and the configuration ---------------------------------------------------
+def test_flops_per_token_from_layer_sizes():
+    config = cf.resolve_config("awd_lstm_mos_ptb")
+    f = cf.flops_per_token(config, 10_000)
+    # 280 -> 960 -> 960 -> 620, MoS K=15 with a tied 280-dim latent, V = 10,000
+    lstm = 4 * 960 * (280 + 960) + 4 * 960 * (960 + 960) + 4 * 620 * (960 + 620)
+    head = 620 * 15 * 280 + 620 * 15 + 15 * 10_000 * 280
+    assert f["lstm_params"] == lstm and f["head_params"] == head
+    assert f["train_flops_per_token"] == 6 * (lstm + head)
+    assert f["eval_flops_per_token"] == 2 * (lstm + head)
+    softmax = cf.flops_per_token(cf.resolve_config("awd_lstm_ptb"), 10_000)
+    assert softmax["head_params"] == 10_000 * 400
+
+
+def test_resolve_config_overrides_and_no_dropout():
+    config = cf.resolve_config("awd_lstm_mos_ptb", ["model.hidden_dim=64",
+                                                    "training.batch_size=3",
+                                                    "model.head.num_experts=2"],
+                               no_dropout=True)
+    assert config["model"]["hidden_dim"] == 64 and config["training"]["batch_size"] == 3
+    assert config["model"]["head"]["num_experts"] == 2
+    assert all(config["model"][k] == 0.0 for k in cf._DROPOUTS)
+    assert config["model"]["head"]["latent_dropout"] == 0.0
+    with pytest.raises(cf.UserError, match="unknown preset"):
+        cf.resolve_config("no_such_preset")
+    with pytest.raises(cf.UserError, match="KEY=VALUE"):
+        cf.resolve_config("synthetic", ["model.hidden_dim"])
+
+
+def test_bad_backend_is_a_user_error(tmp_path, capsys):
+    assert cf.main(["--preset", "synthetic", "--backends", "theano", "--out",
+                    str(tmp_path)]) == 2
+    assert "unknown backend" in capsys.readouterr().err
+
+
+# ---- the native peer against the Keras model (in process, default backend) ----------------
+def _keras_and_native(head, dropout=0.0, seed=0):
+    import keras
+
+    from tools.framework_worker import export_keras_roles
+    from tools.torch_native import from_model_config
+    from zoo.awd_lstm import AWDLSTM
+
+    model_cfg = dict(embed_dim=6, hidden_dim=10, num_layers=3, last_dim=6 if head == "softmax"
+                     else 9, dropout=dropout, dropout_h=dropout, dropout_i=dropout,
+                     dropout_e=dropout, weight_dropout=dropout, alpha=2.0, beta=1.0,
+                     head=head)
+    keras.utils.set_random_seed(seed)
+    k_model = AWDLSTM(30, **model_cfg)
+    k_model.build()
+    native = from_model_config(model_cfg, 30, seed=seed)
+    native.load_roles(export_keras_roles(k_model))
+    return k_model, native
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+@pytest.mark.parametrize("head", ["softmax", {"type": "mos", "num_experts": 4},
+                                  {"type": "moc", "num_experts": 3}])
+def test_native_model_equals_keras_model_from_the_same_weights(head):
+    import keras
+    import torch
+
+    k_model, native = _keras_and_native(head)
+    assert sum(p.numel() for p in native.parameters()) == k_model.count_params()
+    tokens = np.random.default_rng(1).integers(0, 30, size=(3, 14)).astype("int32")
+    # Two windows with carried state, evaluation mode.
+    k1, k_states = k_model.forward_with_state(tokens[:, :7], None)
+    k2, _ = k_model.forward_with_state(tokens[:, 7:], k_states)
+    native.eval()
+    with torch.no_grad():
+        n1, n_states, _ = native(torch.as_tensor(tokens[:, :7], dtype=torch.long))
+        n2, _, _ = native(torch.as_tensor(tokens[:, 7:], dtype=torch.long), n_states)
+    for k, n in ((k1, n1), (k2, n2)):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(k), n.numpy(), atol=2e-5)
+    # Training mode without dropout: same AR + TAR as the Keras model's losses.
+    native.train()
+    _, _, extra = native(torch.as_tensor(tokens[:, :7], dtype=torch.long))
+    k_model.forward_with_state(tokens[:, :7], None, training=True)
+    k_extra = sum(float(keras.ops.convert_to_numpy(l)) for l in k_model.losses)
+    assert float(extra.detach()) == pytest.approx(k_extra, rel=1e-5)
+    # The round trip by role is exact.
+    back = native.export_roles()
+    from tools.framework_worker import export_keras_roles
+    for role, value in export_keras_roles(k_model).items():
+        np.testing.assert_array_equal(back[role], value)
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_native_dropouts_follow_the_awd_lstm_rules():
+    import torch
+
+    from tools.torch_native import LockedDropout, NativeAWDLSTM, WeightDropLSTM
+
+    locked = LockedDropout(0.5).train()
+    y = locked(torch.ones(4, 9, 3))
+    assert torch.equal(y, y[:, :1].expand_as(y))          # one mask per sequence, all steps
+    assert set(torch.unique(y).tolist()) <= {0.0, 2.0}
+    model = NativeAWDLSTM(20, embed_dim=4, hidden_dim=6, num_layers=2, dropout=0.0,
+                          dropout_h=0.0, dropout_i=0.0, dropout_e=0.5, weight_dropout=0.0,
+                          seed=0).train()
+    tokens = torch.tensor([[3, 5, 3, 7, 3, 5]])
+    e = model.embed(tokens)
+    zero = (e == 0).all(-1)[0]
+    assert zero[0] == zero[2] == zero[4] and zero[1] == zero[5]   # a word is dropped everywhere
+    layer = WeightDropLSTM(3, 5, weight_dropout=0.5)
+    assert [n for n, _ in layer.named_parameters()] == ["weight_ih", "weight_hh", "bias_ih"]
+    x = torch.randn(2, 4, 3)
+    state = (torch.zeros(2, 5), torch.zeros(2, 5))
+    layer.eval()
+    a, _ = layer(x, state)
+    b, _ = layer(x, state)
+    layer.train()
+    c, _ = layer(x, state)
+    assert torch.equal(a, b) and not torch.allclose(a, c)
+    with pytest.raises(ValueError, match="softmax, mos and moc"):
+        NativeAWDLSTM(20, head="gss")
+
+
+# ---- the tool end to end --------------------------------------------------------------------
+def _ok(results):
+    return {r["backend"]: r for r in results["backends"] if r["status"] == "ok"}
+
+
+def test_tool_end_to_end_tiny_preset_all_installed_backends(tmp_path, capsys):
+    """Every installed backend runs, the report is well formed, parameter counts agree, and
+    without dropout the losses of every step, the weights after the steps and the validation
+    perplexity agree across backends and with the native peer (the fair-comparison check)."""
+    out = tmp_path / "out"
+    argv = ["--preset", str(_tiny_preset(tmp_path)), "--steps", "3", "--warmup", "1",
+            "--eval-windows", "3", "--window-lengths", "fixed", "--no-dropout",
+            "--save-weights", "--threads", "1", "--jobs", "2", "--out", str(out)]
+    assert cf.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "train words/s" in printed and "parameter counts agree: True" in printed
+    results = json.loads((out / "results.json").read_text())
+    md = (out / "results.md").read_text()
+    assert md.count("| tensorflow |") + md.count("| jax |") + md.count("| torch |") >= 1
+    assert "| backend | status | train words/s |" in md
+    assert "FLOP per training token" in md
+
+    expected = set(KERAS_BACKENDS) | ({"torch-native"} if HAVE_TORCH else set())
+    ok = _ok(results)
+    assert set(ok) == expected, {r["backend"]: r.get("reason") for r in results["backends"]}
+    for r in results["backends"]:
+        if r["backend"] not in expected:
+            assert r["status"] == "skipped" and "not installed" in r["reason"]
+
+    assert results["agreement"]["params_agree"]
+    params = {r["params"] for r in ok.values()} | {results["init"]["params"]}
+    assert len(params) == 1
+    for r in ok.values():
+        assert r["steps"] == 3 and len(r["step_times_s"]) == 3
+        assert r["train_words_per_s"] > 0 and r["eval_words_per_s"] > 0
+        assert r["peak_memory_mib"] > 0 and r["memory_kind"] == "peak RSS"
+        assert r["cudnn"] == "no" and r["floor_train_words_per_s"] > 0
+        assert r["versions"]["python"]
+
+    ref = next(iter(ok.values()))
+    for name, r in ok.items():
+        np.testing.assert_allclose(r["running_loss"], ref["running_loss"], rtol=1e-5,
+                                   err_msg=name)
+        assert r["first_step_loss"] == pytest.approx(ref["first_step_loss"], rel=1e-5)
+        assert r["valid_perplexity_after_steps"] == pytest.approx(
+            ref["valid_perplexity_after_steps"], rel=1e-5)
+    assert results["agreement"]["first_step_loss_max_rel_diff"] < 1e-5
+    # The first step's loss is that of the shared initial weights: about log V on 50 words.
+    assert abs(ref["first_step_nll"] - np.log(50)) < 0.5
+    init = dict(np.load(out / "init_weights.npz"))
+    after = {name: dict(np.load(out / f"weights_{name}.npz")) for name in ok}
+    first = next(iter(after.values()))
+    assert max(np.abs(first[k] - init[k]).max() for k in init) > 1e-3   # training moved them
+    for name, weights in after.items():
+        for role, value in weights.items():
+            np.testing.assert_allclose(value, first[role], atol=2e-6, err_msg=f"{name} {role}")
+
+
+def test_missing_backend_is_reported_as_skipped(tmp_path, monkeypatch):
+    real = cf.backend_available
+    monkeypatch.setattr(cf, "backend_available", lambda name: (
+        (False, "Python package 'jax' is not installed") if name == "jax" else real(name)))
+    results = cf.run(["--preset", str(_tiny_preset(tmp_path)), "--backends", "jax",
+                      "--steps", "2", "--out", str(tmp_path / "out")])
+    (row,) = results["backends"]
+    assert row == {"backend": "jax", "status": "skipped",
+                   "reason": "Python package 'jax' is not installed"}
+    assert "skipped: Python package 'jax' is not installed" in (
+        tmp_path / "out" / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_tool_with_dropout_epochs_and_plot(tmp_path):
+    """Dropout on (different random streams), variable window lengths, one epoch: every
+    backend learns, the perplexities agree statistically, and the figure is written."""
+    out = tmp_path / "out"
+    argv = ["--preset", str(_tiny_preset(tmp_path)), "--steps", "5", "--warmup", "1",
+            "--epochs", "2", "--plot", "--threads", "1", "--jobs", "2", "--out", str(out)]
+    assert cf.main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    ok = _ok(results)
+    assert (out / "valid_perplexity_vs_time.png").stat().st_size > 1000
+    finals = []
+    for name, r in ok.items():
+        curve = r["epochs"]
+        assert [e["epoch"] for e in curve] == [0, 1, 2]
+        assert curve[-1]["val_perplexity"] < curve[0]["val_perplexity"], name
+        assert curve[-1]["train_time_s"] > curve[1]["train_time_s"] > 0
+        finals.append(curve[-1]["val_perplexity"])
+    assert max(finals) / min(finals) < 1.15
+
+
+# ---- the JAX train step that makes the comparison possible --------------------------------
+@pytest.mark.skipif("jax" not in KERAS_BACKENDS, reason="jax is not installed")
+def test_jax_fit_carries_state_evaluates_predicts_and_saves(tmp_path):
+    out = run_in_backend("jax", f"""
+        import numpy as np, keras
+        from zoo.awd_lstm import AWDLSTM
+        m = AWDLSTM(20, embed_dim=6, hidden_dim=8, num_layers=2, seed=1, bptt=5)
+        m.compile(optimizer=keras.optimizers.SGD(2.0))
+        m.build()
+        pattern = np.random.default_rng(0).integers(0, 20, 7)     # learnable, period 7
+        data = np.stack([np.tile(pattern, 30)[:200], np.tile(pattern, 30)[3:203]]).astype("int32")
+        # windows in stream order: rows 2k, 2k+1 of x are the two streams at window k
+        x = np.stack([data[:, i:i+5] for i in range(0, 190, 5)]).reshape(-1, 5)
+        y = np.stack([data[:, i+1:i+6] for i in range(0, 190, 5)]).reshape(-1, 5)
+        n_weights = len(m.get_weights())
+        h = m.fit(x, y, batch_size=2, shuffle=False, epochs=3, verbose=0,
+                  validation_data=(x, y))
+        # The carried state is in the jitted step's state but not a weight.
+        assert len(m.get_weights()) == n_weights, (len(m.get_weights()), n_weights)
+        names = [v.name for v in m.non_trainable_variables if "stream_state" in v.name]
+        assert len(names) == 8, names   # (h, c) x 2 layers x (train, eval)
+        ev = m.evaluate(x, y, batch_size=2, verbose=0, return_dict=True)
+        # The same pass by hand on the eager path, carrying the state (and not carrying it).
+        m.reset_stream_states()
+        carried = np.concatenate([keras.ops.convert_to_numpy(m(x[i:i+2]))
+                                  for i in range(0, len(x), 2)])
+        fresh = np.concatenate([keras.ops.convert_to_numpy(m.forward_with_state(x[i:i+2])[0])
+                                for i in range(0, len(x), 2)])
+        nll = -np.take_along_axis(carried, y[:, :, None], -1).mean()
+        pred = m.predict(x, batch_size=2, verbose=0)   # jitted, the eval state carried
+        path = "{tmp_path}/m.keras"
+        m.save(path)
+        m2 = keras.saving.load_model(path)
+        same = all(np.array_equal(a, b) for a, b in zip(m.get_weights(), m2.get_weights()))
+        print(h.history["perplexity"][0], h.history["perplexity"][-1],
+              h.history["val_perplexity"][-1], ev["perplexity"], float(np.exp(nll)),
+              np.abs(pred - carried).max(), np.abs(fresh - carried).max(), same)
+    """)
+    first, last, val, ev, by_hand, pred_gap, fresh_gap, same = out.split()[-8:]
+    assert float(last) < float(first)
+    assert float(ev) == pytest.approx(float(by_hand), rel=2e-5)
+    assert float(val) == pytest.approx(float(ev), rel=2e-5)
+    assert float(pred_gap) < 1e-5 < 1e-3 < float(fresh_gap)  # carried, and it matters
+    assert same == "True"
+
+
+@pytest.mark.skipif("jax" not in KERAS_BACKENDS or "tensorflow" not in KERAS_BACKENDS,
+                    reason="needs jax and tensorflow")
+def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling(tmp_path):
+    """The JAX step applies the same update as the TensorFlow step: a window shorter than
+    bptt (T/bptt scaling), clipping active, L2 decay, AR/TAR, two steps (state carried)."""
+    code = """
+        import numpy as np, keras
+        from zoo.awd_lstm import AWDLSTM
+        from tflm.optimizers import SGD
+        keras.utils.set_random_seed(0)
+        m = AWDLSTM(15, embed_dim=4, hidden_dim=6, num_layers=2, dropout=0, dropout_h=0,
+                    dropout_i=0, dropout_e=0, weight_dropout=0, bptt=8, clip_norm=0.05,
+                    weight_decay=0.01, head={"type": "mos", "num_experts": 2})
+        m.build()
+        w = np.load("%s/w.npz")
+        m.set_weights([w[f"a{i}"] for i in range(len(w.files))])
+        m.compile(optimizer=SGD(3.0))
+        rng = np.random.default_rng(0)
+        x = rng.integers(0, 15, (3, 12)).astype("int32"); y = np.roll(x, -1, 1)
+        logs = [m.train_on_batch(x[:, :6], y[:, :6], return_dict=True),
+                m.train_on_batch(x[:, 6:], y[:, 6:], return_dict=True)]
+        np.savez("%s/out_" + keras.backend.backend() + ".npz", *m.get_weights())
+        print(logs[0]["loss"], logs[1]["loss"], logs[0]["grad_norm"])
+    """ % (tmp_path, tmp_path)
+    run_in_backend("tensorflow", f"""
+        import numpy as np
+        from zoo.awd_lstm import AWDLSTM
+        m = AWDLSTM(15, embed_dim=4, hidden_dim=6, num_layers=2, last_dim=4,
+                    head={{"type": "mos", "num_experts": 2}}); m.build()
+        np.savez("{tmp_path}/w.npz", **{{f"a{{i}}": v for i, v in enumerate(m.get_weights())}})
+    """)
+    tf_out = run_in_backend("tensorflow", code).split()[-3:]
+    jax_out = run_in_backend("jax", code).split()[-3:]
+    np.testing.assert_allclose([float(v) for v in jax_out], [float(v) for v in tf_out],
+                               rtol=1e-5)
+    assert float(tf_out[2]) > 0.05  # the clip was active
+    a = np.load(tmp_path / "out_tensorflow.npz")
+    b = np.load(tmp_path / "out_jax.npz")
+    for key in a.files:
+        np.testing.assert_allclose(b[key], a[key], atol=1e-6, err_msg=key)
