@@ -20,7 +20,7 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from machine import cpu_model  # noqa: E402
+from machine import cpu_model, publish  # noqa: E402
 
 WORKER = r"""
 import json, os, resource, sys, time
@@ -108,9 +108,7 @@ def main():
                      f"({'GPU allocator peak' if r['on_gpu'] else 'peak RSS'}) | "
                      f"{'yes' if r['cudnn'] else 'no'} | {r['params']:,} | {r['data']} |")
     table = "\n".join(lines) + "\n"
-    print(table)
-    with open(args.results, "a") as f:
-        f.write("\n" + table)
+    publish(table, args.results)
 
 
 if __name__ == "__main__":

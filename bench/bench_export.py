@@ -18,7 +18,7 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from machine import cpu_model  # noqa: E402
+from machine import cpu_model, publish  # noqa: E402
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -52,9 +52,7 @@ def main():
         f"| {meta['shape'][0]:,} | {meta['rows_per_second']:,.0f} | "
         f"{rows_total / meta['rows_per_second'] / 60:.1f} min | {rss:,.0f} | "
         f"float32 .npy, {out.stat().st_size / 2**20:,.0f} MiB |", ""])
-    print(table)
-    with open(args.results, "a") as f:
-        f.write("\n" + table)
+    publish(table, args.results)
     out.unlink()
 
 

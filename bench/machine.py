@@ -18,3 +18,10 @@ def cpu_model():
 
 def machine_line():
     return f"{cpu_model()}, {os.cpu_count()} cores"
+
+
+def publish(table, results_path):
+    """Print a results table and append it to the results file."""
+    print(table)
+    with open(results_path, "a") as f:
+        f.write("\n" + table)

@@ -19,7 +19,7 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from machine import cpu_model  # noqa: E402
+from machine import cpu_model, publish  # noqa: E402
 
 
 def main():
@@ -65,9 +65,7 @@ def main():
         lines.append(f"| {h['epoch']} | {h['perplexity']:.1f} | {h['val_perplexity']:.1f} | "
                      f"{h['epoch_seconds']:.0f} | {h['words_per_second']:,.0f} |")
     table = "\n".join(lines) + "\n"
-    print(table)
-    with open(args.results, "a") as f:
-        f.write("\n" + table)
+    publish(table, args.results)
 
 
 if __name__ == "__main__":
