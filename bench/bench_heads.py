@@ -234,22 +234,10 @@ def versions():
 
 
 def machine():
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        with open("/proc/meminfo") as fh:
-            mem = f"{int(fh.readline().split()[1]) / 2**20:.1f} GiB RAM"
-    except OSError:
-        pass
-    return f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} CPUs, {mem}"
+    sys.path.insert(0, REPO)
+    from tools.machine import cpu_model, memory_gib
+    return (f"{platform.system()} {platform.machine()}, {cpu_model()}, {os.cpu_count()} CPUs, "
+            f"{memory_gib()} GiB RAM")
 
 
 def fmt_mb(b):

@@ -130,21 +130,9 @@ def worker(method, path, values_out, block_rows):
 
 
 def machine_info():
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = "unknown"
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal:"):
-                mem = f"{int(line.split()[1]) / 2**20:.1f} GiB"
-    except OSError:
-        pass
+    from tools.machine import cpu_model, memory_gib
+    cpu = cpu_model()
+    mem = f"{memory_gib()} GiB"
     import scipy
     blas = "unknown"
     try:

@@ -1,23 +1,10 @@
-"""Machine description shared by the benchmark scripts."""
+"""Helpers shared by the benchmark scripts."""
 
-import os
-import platform
+import pathlib
+import sys
 
-
-def cpu_model():
-    """The CPU model name from /proc/cpuinfo (platform's guess elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def machine_line():
-    return f"{cpu_model()}, {os.cpu_count()} cores"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from tools.machine import cpu_model, machine_line, memory_gib  # noqa: E402,F401
 
 
 def publish(table, results_path):

@@ -292,21 +292,8 @@ def _pick_init_backend():
 
 
 def _machine():
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = None
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal:"):
-                mem = round(int(line.split()[1]) / 2 ** 20, 1)
-    except OSError:
-        pass
+    from tools.machine import cpu_model, memory_gib
+    cpu, mem = cpu_model(), memory_gib()
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
             "memory_gib": mem, "python": platform.python_version(),
