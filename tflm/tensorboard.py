@@ -41,9 +41,10 @@ class EmbeddingProjector(keras.callbacks.Callback):
             raise ValueError(f"EmbeddingProjector: the matrix has {matrix.shape[0]} rows but "
                              f"the vocabulary has {len(self.vocabulary)} tokens.")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        (self.log_dir / "metadata.tsv").write_text(
-            "\n".join(t if t.strip() else "<blank>" for t in self.vocabulary) + "\n",
-            encoding="utf-8")
+        if not (self.log_dir / "projector_config.pbtxt").exists():  # metadata once per run
+            (self.log_dir / "metadata.tsv").write_text(
+                "\n".join(t if t.strip() else "<blank>" for t in self.vocabulary) + "\n",
+                encoding="utf-8")
         checkpoint = tf.train.Checkpoint(embedding=tf.Variable(matrix))
         checkpoint.write(str(self.log_dir / "embedding.ckpt"))  # overwritten every epoch
         config = projector.ProjectorConfig()
