@@ -3,6 +3,8 @@ train step of `LanguageModel` that the comparison needs."""
 
 import importlib.util
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -69,6 +71,16 @@ def test_bad_backend_is_a_user_error(tmp_path, capsys):
     assert cf.main(["--preset", "synthetic", "--backends", "theano", "--out",
                     str(tmp_path)]) == 2
     assert "unknown backend" in capsys.readouterr().err
+
+
+def test_runs_as_a_script_from_anywhere(tmp_path):
+    # `python tools/compare_frameworks.py` puts tools/, not the repository, on sys.path.
+    proc = subprocess.run([sys.executable, str(cf.REPO / "tools" / "compare_frameworks.py"),
+                           "--preset", "synthetic", "--backends", "theano", "--out",
+                           str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "unknown backend" in proc.stderr
 
 
 # ---- the native peer against the Keras model (in process, default backend) ----------------

@@ -204,3 +204,47 @@ def test_flooding_above_the_loss_reverses_the_step():
     for w0, a, b in zip(start, plain.get_weights(), flooded.get_weights()):
         np.testing.assert_allclose(b - w0, -(a - w0), atol=1e-7)
     assert flooded.get_config()["flooding_level"] == 100.0
+
+
+def _count_traces(model):
+    traced = []
+    step = model.train_step
+
+    def counted(*args):
+        traced.append(1)
+        return step(*args)
+
+    model.train_step = counted
+    return traced
+
+
+@pytest.mark.parametrize("built", [False, True])
+def test_tensorflow_traces_the_train_step_once(built):
+    # The model and its stream-state variables are made before the first trace; made inside
+    # it, tf.function traces the step a second time.
+    model = _model()
+    if built:
+        model.build((None, None))
+    traced = _count_traces(model)
+    model.compile(optimizer=keras.optimizers.SGD(1.0))
+    from tflm import data
+    model.fit(data.lm_dataset(_tokens((600,)), 4, 10, train=False), epochs=2, verbose=0)
+    assert len(traced) == 1
+
+
+def test_tensorflow_xla_fit_matches_graph_fit():
+    # XLA cannot resize the (None, units) state variables inside a compiled step: they are
+    # sized when fit / evaluate start and zeroed in place between passes.
+    from tflm import data
+    ids = _tokens((900,))
+    results = []
+    for jit in (False, True):
+        keras.utils.clear_session()
+        keras.utils.set_random_seed(0)
+        model = _no_dropout()
+        model.compile(optimizer=keras.optimizers.SGD(1.0), jit_compile=jit)
+        train = data.lm_dataset(ids, 4, 10, train=True, seed=1, epoch=0)
+        valid = data.lm_dataset(ids[:300], 2, 10, train=False)
+        hist = model.fit(train, validation_data=valid, epochs=2, verbose=0)
+        results.append([hist.history[k][-1] for k in ("loss", "val_perplexity")])
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-4)

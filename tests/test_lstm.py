@@ -125,3 +125,78 @@ def test_other_backends_drop_and_match_at_inference(backend):
     inference_gap, training_gap = map(float, out.split()[-2:])
     assert inference_gap < 1e-5
     assert training_gap > 1e-3
+
+
+def test_torch_fused_kernel_equals_the_portable_loop_with_gradients():
+    # PyTorch runs its fused kernel (tflm.backends.torch_lstm) where Keras would loop in
+    # Python; outputs, final state and gradients (through the DropConnect mask) must match
+    # the layer's own loop with the same dropped matrix.
+    out = run_in_backend("torch", """
+        import numpy as np, torch, keras
+        from tflm.layers import WeightDropLSTM
+        rng = np.random.default_rng(0)
+        x = torch.tensor(rng.normal(size=(3, 7, 5)), dtype=torch.float32)
+        h0 = torch.tensor(rng.normal(size=(3, 4)), dtype=torch.float32)
+        c0 = torch.tensor(rng.normal(size=(3, 4)), dtype=torch.float32)
+        layer = WeightDropLSTM(4, weight_dropout=0.5, seed=2, return_sequences=True)
+        layer.build(x.shape)
+        mask = layer.recurrent_kernel_mask()
+        dropped = layer.cell.recurrent_kernel.value * mask
+        gaps = []
+        grads = []
+        for path in ("fused", "loop"):
+            for v in layer.trainable_variables:
+                v.value.grad = None
+            if path == "fused":
+                last, seq, (h, c) = layer._torch_fused_loop(x, [h0, c0], None, dropped)
+            else:
+                last, seq, (h, c) = layer._portable_loop(x, [h0, c0], None, dropped)
+            (seq.square().sum() + h.sum() + 2 * c.sum()).backward(retain_graph=True)
+            grads.append([v.value.grad.clone() for v in layer.trainable_variables])
+            gaps.append(torch.cat([seq.flatten(), h.flatten(), c.flatten()]))
+        out_gap = float((gaps[0] - gaps[1]).abs().max())
+        grad_gap = max(float((a - b).abs().max()) for a, b in zip(*grads))
+        # the dropped entries of U get no gradient on either path
+        zero = float(grads[0][1][mask == 0].abs().max())
+        print(out_gap, grad_gap, zero)
+    """)
+    out_gap, grad_gap, zero = map(float, out.split()[-3:])
+    assert out_gap < 1e-5 and grad_gap < 1e-4 and zero == 0.0
+
+
+def test_jax_cudnn_path_for_padded_windows_plumbs_weights_and_lengths():
+    # No GPU here: stand in for cuDNN with JAX's own reference LSTM (same flat weight
+    # layout, same seq_lengths meaning) and check the plumbing against the masked loop.
+    out = run_in_backend("jax", """
+        import numpy as np, jax.numpy as jnp, keras
+        from jax.experimental import rnn
+        from tflm.backends import jax_lstm
+        from tflm.layers import WeightDropLSTM
+
+        def reference(x, h0, c0, weights, lengths, input_size, hidden_size, num_layers,
+                      dropout, bidirectional):
+            w_ih, w_hh, b_ih, b_hh = rnn.unpack_lstm_weights(
+                weights, input_size, hidden_size, num_layers, bidirectional)
+            return rnn.lstm_ref(x, h0, c0, w_ih, w_hh, b_ih, b_hh, lengths, input_size,
+                                hidden_size, num_layers, dropout, bidirectional)
+
+        jax_lstm._on_gpu = lambda: True
+        jax_lstm._cudnn_lstm = lambda: reference
+        rng = np.random.default_rng(0)
+        x = jnp.asarray(rng.normal(size=(3, 8, 5)), jnp.float32)
+        h0 = jnp.asarray(rng.normal(size=(3, 4)), jnp.float32)
+        c0 = jnp.asarray(rng.normal(size=(3, 4)), jnp.float32)
+        mask = jnp.asarray(np.arange(8)[None, :] < 6).repeat(3, axis=0)
+        layer = WeightDropLSTM(4, weight_dropout=0.5, seed=2, return_sequences=True)
+        layer.build(x.shape)
+        dropped = layer.cell.recurrent_kernel.value * layer.recurrent_kernel_mask()
+        _, seq_a, (h_a, c_a) = layer._jax_cudnn_masked(x, [h0, c0], mask, dropped)
+        _, seq_b, (h_b, c_b) = layer._portable_loop(x, [h0, c0], mask, dropped)
+        real = float(jnp.abs(seq_a[:, :6] - seq_b[:, :6]).max())
+        state = float(max(jnp.abs(h_a - h_b).max(), jnp.abs(c_a - c_b).max()))
+        # the state after the 6 real steps, not after all 8
+        _, _, (h_6, _) = layer._portable_loop(x[:, :6], [h0, c0], None, dropped)
+        print(real, state, float(jnp.abs(h_a - h_6).max()))
+    """)
+    real, state, after_six = map(float, out.split()[-3:])
+    assert real < 1e-5 and state < 1e-5 and after_six < 1e-5

@@ -64,6 +64,7 @@ def test_main_job_end_to_end(tmp_path, capsys):
     (["--corpus", "/nonexistent/corpus_dir"], "nonexistent"),
     (["--set", "training.optimizer=rmsprop"], "unknown optimizer"),
     (["--set", "nonsense"], "key=value"),
+    (["--set", "training.pad_to_multiple=0"], "pad_to_multiple must be a positive integer"),
 ])
 def test_bad_input_is_one_line_error(args, message, tmp_path, capsys):
     code = train.main([*args, "--out", str(tmp_path / "r"), *TINY])
@@ -174,3 +175,11 @@ def test_et_asgd_run_then_finetune(tmp_path, capsys):
     tuned = json.loads((out / "finetune" / "metrics.json").read_text())
     assert tuned["history"][0]["averaging"] == 1.0
     assert json.loads((out / "finetune" / "config.json").read_text())["finetune"]["from"]
+
+
+def test_window_padding_default_follows_the_backend():
+    from tflm.data import default_pad_to_multiple
+    assert default_pad_to_multiple("jax") == 4
+    assert default_pad_to_multiple("tensorflow") == default_pad_to_multiple("torch") == 1
+    assert train.pad_to_multiple({}) == 1  # the tests run on TensorFlow
+    assert train.pad_to_multiple({"pad_to_multiple": 8}) == 8

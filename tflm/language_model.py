@@ -9,6 +9,7 @@ from tflm.backends.stream_state import make_stream_state
 from tflm.backends.train_step import lm_train_step
 from tflm.losses import token_nll
 from tflm.metrics import Perplexity, TokenMeanNLL
+from tflm.padding import real_position_weights
 
 
 class ResetTrainingStreams(keras.callbacks.Callback):
@@ -32,7 +33,9 @@ class LanguageModel(keras.Model):
       contract 3; no `stateful=True`). On JAX the jitted steps are stateless, so the state
       lives in non-trainable variables of the batch's shape (not weights, not saved), made
       when fit / evaluate / predict start; each distinct window length compiles the step
-      once;
+      once, so pad the windows (`lm_dataset(..., pad_to_multiple=4)`): input positions
+      holding `tflm.data.PAD_ID` carry no loss, do not move the state and do not count in
+      T (`tflm.padding`);
     - the train step (see `tflm.backends.train_step`): loss = token-mean NLL +
       `sum(model.losses)`, global-norm clipping at `clip_norm`, L2 `weight_decay`, gradient
       scaled by window length / `bptt` (the reference's per-window learning rate);
@@ -116,6 +119,24 @@ class LanguageModel(keras.Model):
             return  # a training loop holds the live state; the variable list must not change
         self._stream_store(training).ensure(int(batch_size))
 
+    def _prepare_tf_streams(self, training, batch_size):
+        """TensorFlow: build the model and create the stores before the step is traced
+        (variables made inside the first trace make tf.function trace it twice) and size
+        them for `batch_size` global rows outside any compiled step (XLA cannot resize a
+        variable)."""
+        if keras.backend.backend() != "tensorflow":
+            return
+        strategy = self._distribute_strategy
+        with (strategy.scope() if strategy is not None else contextlib.nullcontext()):
+            if not self.built and type(self).build is not keras.Model.build:
+                self.build((None, None))  # a subclass that builds itself from token shape
+            if not self.carry_state:
+                return
+            store = self._stream_store(training)
+        replicas = 1 if strategy is None else strategy.num_replicas_in_sync
+        if batch_size is not None and batch_size % replicas == 0:
+            store.ensure(batch_size // replicas)
+
     def _symbolic_build(self, iterator=None, data_batch=None):
         # JAX fit / evaluate / train_on_batch / test_on_batch pass here with the data before
         # the jitted step fetches the variable state: make the stream variables now.
@@ -145,14 +166,18 @@ class LanguageModel(keras.Model):
         return log_probs
 
     # ---- loss and metrics --------------------------------------------------------------
-    def compute_lm_loss(self, y, log_probs, sample_weight=None, extra_losses=None):
+    def compute_lm_loss(self, y, log_probs, sample_weight=None, extra_losses=None,
+                        inputs=None):
         """(loss, NLL sum, token count) for one window; loss adds `self.losses` (or
-        `extra_losses` when given: the losses a stateless JAX call collected)."""
+        `extra_losses` when given: the losses a stateless JAX call collected). With the
+        window's `inputs`, padded positions (`tflm.data.PAD_ID`) carry no weight."""
         nll = token_nll(y, log_probs)
-        if sample_weight is None:
+        if inputs is None:
             weights = ops.ones_like(nll)
         else:
-            weights = ops.cast(sample_weight, "float32") * ops.ones_like(nll)
+            weights = real_position_weights(inputs)
+        if sample_weight is not None:
+            weights = ops.cast(sample_weight, "float32") * weights
         nll_sum = ops.sum(nll * weights)
         tokens = ops.sum(weights)
         loss = nll_sum / ops.maximum(tokens, 1.0)
@@ -215,7 +240,7 @@ class LanguageModel(keras.Model):
         from keras.src.trainers.data_adapters import data_adapter_utils
         x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
         log_probs = self(x, training=False)
-        loss, nll_sum, tokens = self.compute_lm_loss(y, log_probs, sample_weight)
+        loss, nll_sum, tokens = self.compute_lm_loss(y, log_probs, sample_weight, inputs=x)
         logs = self.update_lm_metrics(loss, nll_sum, tokens)
         return logs
 
@@ -237,29 +262,35 @@ class LanguageModel(keras.Model):
         callbacks = list(callbacks or [])
         if not any(isinstance(c, ResetTrainingStreams) for c in callbacks):
             callbacks.append(ResetTrainingStreams())
+        self._prepare_tf_streams(True, _data_batch_size(args, kwargs))
         with self._jax_stream_scope("train"):
             return super().fit(*args, callbacks=callbacks, **kwargs)
 
     def evaluate(self, *args, **kwargs):
+        self._prepare_tf_streams(False, _data_batch_size(args, kwargs))
         self.reset_stream_states("eval")
         with self._jax_stream_scope("eval"):
             return super().evaluate(*args, **kwargs)
 
     def predict(self, x, batch_size=None, *args, **kwargs):
+        self._prepare_tf_streams(False, _predict_batch_size(x, batch_size))
         self.reset_stream_states("eval")
         if keras.backend.backend() == "jax":
             self._ensure_jax_streams(False, _predict_batch_size(x, batch_size))
         return super().predict(x, batch_size, *args, **kwargs)
 
     def train_on_batch(self, x, *args, **kwargs):
+        self._prepare_tf_streams(True, _leading_dim(x))
         with self._jax_stream_scope("train"):
             return super().train_on_batch(x, *args, **kwargs)
 
     def test_on_batch(self, x, *args, **kwargs):
+        self._prepare_tf_streams(False, _leading_dim(x))
         with self._jax_stream_scope("eval"):
             return super().test_on_batch(x, *args, **kwargs)
 
     def predict_on_batch(self, x):
+        self._prepare_tf_streams(False, _leading_dim(x))
         if keras.backend.backend() == "jax":
             self._ensure_jax_streams(False, _leading_dim(x))
         return super().predict_on_batch(x)
@@ -290,6 +321,18 @@ def _leading_dim(x):
         if shape is not None and len(shape) and shape[0] is not None:
             return int(shape[0])
     return None
+
+
+def _data_batch_size(args, kwargs):
+    """Rows per batch of fit / evaluate's `x` (positional or keyword), or None."""
+    x = args[0] if args else kwargs.get("x")
+    batch_size = args[2] if len(args) > 2 else kwargs.get("batch_size")
+    if x is None or type(x).__name__.startswith("Distributed"):
+        return None  # distributed datasets: per-replica rows are the strategy's business
+    try:
+        return _predict_batch_size(x, batch_size)
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
 def _predict_batch_size(x, batch_size):

@@ -16,7 +16,9 @@ Writes DIR/results.json and DIR/results.md and prints the table. Method:
 - **Keras backends** (tensorflow, jax, torch) train with `model.fit` on the library's own
   path: `LanguageModel`'s train step (NLL + AR/TAR, global-norm clip, L2, T/bptt), carried
   LSTM state, `tflm.optimizers.SGD`; data as tf.data on TensorFlow (how `lm_dataset` builds
-  it) and a `keras.utils.PyDataset` of NumPy windows on JAX / PyTorch. **torch-native** is
+  it) and a `keras.utils.PyDataset` of NumPy windows on JAX / PyTorch, padded to a multiple
+  of 4 positions on JAX (`--pad-to-multiple`, as `zoo.train` does: one compile per padded
+  length; the padding is masked and its cost is part of the measured speed). **torch-native** is
   `tools/torch_native.py`: plain PyTorch, `torch.lstm` with the weight-dropped matrix,
   global-norm clipping, `torch.optim.SGD` (the salesforce/awd-lstm-lm loop).
 - **Speed.** Words/s of one step = B * T / wall time of that step, ending with a blocking
@@ -70,6 +72,10 @@ import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as `python tools/compare_frameworks.py`
+    sys.path.insert(0, str(REPO))
+
+from tools.machine import cpu_model, memory_gib  # noqa: E402
 PRESET_DIR = REPO / "zoo" / "presets"
 WORKER = REPO / "tools" / "framework_worker.py"
 BACKENDS = ("tensorflow", "jax", "torch", "torch-native")
@@ -100,6 +106,11 @@ def build_parser():
                    help="validation windows to evaluate (default 0 = all)")
     p.add_argument("--window-lengths", choices=["variable", "fixed"], default="variable",
                    help="variable: the AWD-LSTM random lengths (default); fixed: all = bptt")
+    p.add_argument("--pad-to-multiple", default="auto", metavar="M",
+                   help="Keras backends: pad each window to a multiple of M positions "
+                        "(tflm.data pad_to_multiple; the padding is masked). auto (default): "
+                        "4 on JAX (a compile per padded length, not per length), 1 elsewhere, "
+                        "as python -m zoo.train does")
     p.add_argument("--no-dropout", action="store_true",
                    help="every dropout 0 (deterministic: the losses must agree)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -292,7 +303,6 @@ def _pick_init_backend():
 
 
 def _machine():
-    from tools.machine import cpu_model, memory_gib
     cpu, mem = cpu_model(), memory_gib()
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
@@ -309,6 +319,10 @@ def run(argv=None):
         raise UserError(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}.")
     if args.steps < 1:
         raise UserError(f"--steps must be >= 1; got {args.steps}.")
+    if args.pad_to_multiple != "auto" and not (
+            args.pad_to_multiple.isdigit() and int(args.pad_to_multiple) >= 1):
+        raise UserError("--pad-to-multiple must be auto or a positive integer; got "
+                        f"{args.pad_to_multiple!r}.")
     if args.plot and args.epochs < 1:
         raise UserError("--plot draws validation perplexity per epoch: pass --epochs >= 1.")
     config = resolve_config(args.preset, args.set, args.no_dropout)
@@ -319,7 +333,7 @@ def run(argv=None):
         "config": config, "steps": args.steps, "warmup": args.warmup, "epochs": args.epochs,
         "device": args.device, "precision": args.precision, "jit": args.jit,
         "eval_windows": args.eval_windows, "window_lengths": args.window_lengths,
-        "threads": args.threads, "malloc": args.malloc, "data_dir": args.data_dir,
+        "pad_to_multiple": args.pad_to_multiple, "threads": args.threads, "malloc": args.malloc, "data_dir": args.data_dir,
         "data_path": str(out / "data.npz"),
         "weights_path": str(out / "init_weights.npz"), "save_weights": args.save_weights,
     }
@@ -371,7 +385,8 @@ def run(argv=None):
         "machine": machine, "preset": config["preset"], "config": config,
         "settings": {k: common[k] for k in ("steps", "warmup", "epochs", "device",
                                             "precision", "jit", "eval_windows",
-                                            "window_lengths", "threads", "malloc")}
+                                            "window_lengths", "pad_to_multiple", "threads",
+                                            "malloc")}
         | {"no_dropout": args.no_dropout},
         "out": str(out), "init": init, "flops": flops, "backends": rows,
         "agreement": agreement(rows, init),
@@ -411,7 +426,8 @@ def _fmt(value, spec=",.0f", none="-"):
 
 COLUMNS = ("backend", "status", "train words/s", "steady words/s", "end-to-end words/s",
            "eval words/s",
-           "valid ppl", "first-step loss", "params", "peak MiB", "cuDNN", "jit", "traces",
+           "valid ppl", "first-step loss", "params", "peak MiB", "cuDNN", "jit", "pad",
+           "traces",
            "floor train w/s", "of floor", "train vs native")
 
 
@@ -433,7 +449,7 @@ def table_rows(results):
             _fmt(r.get("valid_perplexity_after_steps"), ".3f"),
             _fmt(r.get("first_step_loss"), ".6f"), _fmt(r.get("params"), ","),
             f"{_fmt(r.get('peak_memory_mib'))} ({r.get('memory_kind', '')})",
-            r.get("cudnn", "-"), r.get("jit", "-"),
+            r.get("cudnn", "-"), r.get("jit", "-"), str(r.get("pad_to_multiple", 1)),
             "eager" if traced is None else str(traced),
             _fmt(r.get("floor_train_words_per_s")),
             _fmt(r.get("fraction_of_floor"), ".1%"),

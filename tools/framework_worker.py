@@ -229,9 +229,12 @@ class _WindowSource:
         return (np.ascontiguousarray(self.streams[:, start:start + length]),
                 np.ascontiguousarray(self.streams[:, start + 1:start + 1 + length]))
 
-    def keras_dataset(self, backend):
+    def keras_dataset(self, backend, pad_to_multiple=1):
         """tf.data on TensorFlow (as `tflm.data.lm_dataset` builds it: slices of a constant
-        streams tensor), a `keras.utils.PyDataset` of NumPy windows on JAX / PyTorch."""
+        streams tensor), a `keras.utils.PyDataset` of NumPy windows on JAX / PyTorch; windows
+        padded to a multiple of `pad_to_multiple` positions as `lm_dataset` pads them."""
+        from tflm.data import pad_window, pad_window_tensors
+        multiple = int(pad_to_multiple)
         if backend == "tensorflow":
             import tensorflow as tf
             streams = tf.constant(self.streams, tf.int32)
@@ -242,6 +245,7 @@ class _WindowSource:
                 start, length = tf.cast(start, tf.int32), tf.cast(length, tf.int32)
                 x = tf.slice(streams, tf.stack([0, start]), tf.stack([batch, length]))
                 y = tf.slice(streams, tf.stack([0, start + 1]), tf.stack([batch, length]))
+                x, y = pad_window_tensors(x, y, multiple)
                 return tf.ensure_shape(x, (batch, None)), tf.ensure_shape(y, (batch, None))
 
             ds = tf.data.Dataset.from_tensor_slices((pairs[:, 0], pairs[:, 1]))
@@ -255,7 +259,7 @@ class _WindowSource:
                 return len(source.windows)
 
             def __getitem__(self, i):
-                return source.window(i)
+                return pad_window(*source.window(i), multiple)
 
         return Windows()
 
@@ -374,14 +378,22 @@ def _instrument(model, backend):
     return counter
 
 
-def _keras_evaluate(model, source, backend):
+def _pad_to_multiple(setting, backend):
+    """--pad-to-multiple for one backend: auto = zoo.train's rule (4 on JAX, 1 elsewhere)."""
+    if setting in (None, "auto"):
+        from tflm.data import default_pad_to_multiple
+        return default_pad_to_multiple(backend)
+    return int(setting)
+
+
+def _keras_evaluate(model, source, backend, pad=1):
     """(perplexity, words/s) over `source`: a compile warm-up on the first and last window
     shapes first, then a timed pass (blocking: evaluate returns Python floats)."""
     n = len(source.windows)
     warm = source.subset(sorted({0, n - 1}))
-    model.evaluate(warm.keras_dataset(backend), verbose=0, return_dict=True)
+    model.evaluate(warm.keras_dataset(backend, pad), verbose=0, return_dict=True)
     t0 = time.perf_counter()
-    logs = model.evaluate(source.keras_dataset(backend), verbose=0, return_dict=True)
+    logs = model.evaluate(source.keras_dataset(backend, pad), verbose=0, return_dict=True)
     seconds = time.perf_counter() - t0
     return float(logs["perplexity"]), float(sum(source.tokens()) / seconds), seconds
 
@@ -411,6 +423,7 @@ def run_keras(spec):
     model.compile(optimizer=SGD(s["lr"]), jit_compile=jit)
     counter = _instrument(model, backend)
     rss_built = rss_mib()
+    pad = _pad_to_multiple(spec.get("pad_to_multiple"), backend)
 
     train_source = _WindowSource(data["train_streams"], data["train_windows_0"])
     steps = min(int(spec["steps"]), len(train_source.windows))
@@ -419,7 +432,8 @@ def run_keras(spec):
 
     timer = make_step_timer(counter)
     t0 = time.perf_counter()
-    model.fit(steps_source.keras_dataset(backend), epochs=1, verbose=0, callbacks=[timer])
+    model.fit(steps_source.keras_dataset(backend, pad), epochs=1, verbose=0,
+              callbacks=[timer])
     steps_wall = time.perf_counter() - t0
     tokens = steps_source.tokens()
     result = _step_summary(spec, tokens, timer.times, timer.losses, timer.nlls,
@@ -428,7 +442,7 @@ def run_keras(spec):
     result["train_traces"] = counter["train"] if backend != "torch" else None
     if spec.get("save_weights"):
         np.savez(spec["weights_after_path"], **export_keras_roles(model))
-    ppl, eval_wps, eval_s = _keras_evaluate(model, eval_source, backend)
+    ppl, eval_wps, eval_s = _keras_evaluate(model, eval_source, backend, pad)
     result.update(valid_perplexity_after_steps=ppl, eval_words_per_s=eval_wps, eval_s=eval_s,
                   eval_windows=len(eval_source.windows),
                   eval_tokens=int(sum(eval_source.tokens())))
@@ -438,16 +452,16 @@ def run_keras(spec):
         load_keras_roles(model, init)
         model.optimizer.iterations.assign(0)
         keras.utils.set_random_seed(s["seed"])
-        ppl0, _, _ = _keras_evaluate(model, eval_source, backend)
+        ppl0, _, _ = _keras_evaluate(model, eval_source, backend, pad)
         curve = [{"epoch": 0, "train_time_s": 0.0, "val_perplexity": ppl0}]
         elapsed = 0.0
         for epoch in range(int(spec["epochs"])):
             source = _WindowSource(data["train_streams"], data[f"train_windows_{epoch}"])
             t0 = time.perf_counter()
-            hist = model.fit(source.keras_dataset(backend), epochs=1, verbose=0)
+            hist = model.fit(source.keras_dataset(backend, pad), epochs=1, verbose=0)
             seconds = time.perf_counter() - t0
             elapsed += seconds
-            val, _, _ = _keras_evaluate(model, eval_source, backend)
+            val, _, _ = _keras_evaluate(model, eval_source, backend, pad)
             curve.append({"epoch": epoch + 1, "train_time_s": elapsed, "epoch_s": seconds,
                           "val_perplexity": val,
                           "train_perplexity": float(hist.history["perplexity"][-1]),
@@ -456,6 +470,7 @@ def run_keras(spec):
 
     result.update(
         params=int(model.count_params()), on_gpu=on_gpu, device=device_name,
+        pad_to_multiple=pad,
         versions=_versions(backend),
         jit=("XLA (jax.jit)" if backend == "jax" else
              ("XLA" if jit else "tf.function graph") if backend == "tensorflow" else

@@ -5,6 +5,7 @@ from keras import ops
 
 from tflm.language_model import LanguageModel
 from tflm.layers import EmbeddingDropout, LockedDropout, TiedEmbedding, WeightDropLSTM
+from tflm.padding import forget_keras_mask, masked_mean, padding_mask, without_padding
 from zoo.heads import make_head
 
 
@@ -39,7 +40,9 @@ class AWDLSTM(LanguageModel):
         seed: seed of every dropout mask (None: nondeterministic).
         bptt, clip_norm, scale_by_window, carry_state: see `tflm.LanguageModel`.
 
-    Input: int tokens `(batch, time)`. Output: log-probabilities `(batch, time, V)`.
+    Input: int tokens `(batch, time)`; positions holding `tflm.data.PAD_ID` (padded windows)
+    are absent: the LSTMs hold their state through them and AR / TAR leave them out (see
+    `tflm.padding`). Output: log-probabilities `(batch, time, V)`.
 
     Reference: Merity, Keskar & Socher 2018, "Regularizing and Optimizing LSTM Language
     Models" (salesforce/awd-lstm-lm).
@@ -110,6 +113,9 @@ class AWDLSTM(LanguageModel):
     def forward_with_state(self, tokens, states=None, training=False):
         """Pure forward pass: (log-probabilities, final [(h, c)] per layer)."""
         tokens = ops.cast(tokens, "int32")
+        mask = padding_mask(tokens)
+        if mask is not None:
+            tokens = without_padding(tokens)
         x = self.embedding(tokens)
         x = self.embedding_dropout(tokens, x, training=training)
         x = self.input_dropout(x, training=training)
@@ -117,28 +123,34 @@ class AWDLSTM(LanguageModel):
         raw = x
         for i, lstm in enumerate(self.lstms):
             initial = None if states is None else list(states[i])
-            raw, h, c = lstm(x, initial_state=initial, training=training)
+            raw, h, c = lstm(x, initial_state=initial, mask=mask, training=training)
+            if mask is not None:
+                raw = forget_keras_mask(raw)
             new_states.append((h, c))
             if i < self.num_layers - 1:
                 x = self.hidden_dropouts[i](raw, training=training)
                 dropped_outputs.append(x)
         last = self.output_dropout(raw, training=training)
         dropped_outputs.append(last)
-        if self.head_takes_all_layers:
-            log_probs = self.head(dropped_outputs, training=training)
+        head_inputs = dropped_outputs if self.head_takes_all_layers else last
+        if mask is not None and getattr(self.head, "takes_mask", False):
+            log_probs = self.head(head_inputs, training=training, mask=mask)
         else:
-            log_probs = self.head(last, training=training)
+            log_probs = self.head(head_inputs, training=training)
         if training:
-            self._add_activation_regularization(raw, last)
+            self._add_activation_regularization(raw, last, mask)
         return log_probs, new_states
 
-    def _add_activation_regularization(self, raw_last, dropped_last):
-        """AR on the dropped last output, TAR on the undropped one (Merity et al. 2018 §4.6)."""
+    def _add_activation_regularization(self, raw_last, dropped_last, mask=None):
+        """AR on the dropped last output, TAR on the undropped one (Merity et al. 2018 §4.6);
+        means over the real positions (TAR: pairs of consecutive real positions)."""
         if self.alpha:
-            self.add_loss(self.alpha * ops.mean(ops.square(ops.cast(dropped_last, "float32"))))
+            self.add_loss(self.alpha * masked_mean(
+                ops.square(ops.cast(dropped_last, "float32")), mask))
         if self.beta:
             diff = ops.cast(raw_last[:, 1:] - raw_last[:, :-1], "float32")
-            self.add_loss(self.beta * ops.mean(ops.square(diff)))
+            pairs = None if mask is None else ops.logical_and(mask[:, 1:], mask[:, :-1])
+            self.add_loss(self.beta * masked_mean(ops.square(diff), pairs))
 
     def get_config(self):
         config = super().get_config()

@@ -243,7 +243,9 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
     test_batch = int(training.get("test_batch_size", 1))
     max_len = training.get("max_seq_len")
     epochs = int(training.get("epochs", 1))
-    valid_ds = distribute.lm_dataset_for(strategy, corpus.valid, eval_batch, bptt, train=False)
+    pad = pad_to_multiple(training)
+    valid_ds = distribute.lm_dataset_for(strategy, corpus.valid, eval_batch, bptt, train=False,
+                                         pad_to_multiple=pad)
     positions = (len(corpus.train) // batch) - 1
     speed = WordsPerSecond(tokens_per_epoch=batch * positions)
     board = keras.callbacks.TensorBoard(log_dir=str(out / "logs"),
@@ -254,7 +256,8 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
     history, best = state["history"], state["best"]
     for epoch in range(state["epoch"], epochs):
         train_ds = distribute.lm_dataset_for(strategy, corpus.train, batch, bptt, train=True,
-                                             seed=seed, epoch=epoch, max_len=max_len)
+                                             seed=seed, epoch=epoch, max_len=max_len,
+                                             pad_to_multiple=pad)
         hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
                          epochs=epoch + 1, verbose=verbose,
                          callbacks=[StopOnNaN(), speed, *extras[:1], board, *extras[1:]])
@@ -285,11 +288,27 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
     results["train_perplexity"] = best["perplexity"]
     results["train_perplexity_note"] = "with dropout, averaged over the training epoch"
     for split, size in (("valid", eval_batch), ("test", test_batch)):
-        ds = data.lm_dataset(corpus.split(split), size, bptt, train=False)
+        ds = data.lm_dataset(corpus.split(split), size, bptt, train=False, pad_to_multiple=pad)
         results[f"{split}_perplexity"] = float(
             best_model.evaluate(ds, verbose=0, return_dict=True)["perplexity"])
     (out / "metrics.json").write_text(json.dumps(results, indent=2))
     return results
+
+
+def pad_to_multiple(training):
+    """`training.pad_to_multiple`, default `tflm.data.default_pad_to_multiple`: 4 on JAX
+    (one compiled step per padded window length instead of one per length), 1 (no padding)
+    on TensorFlow and PyTorch, whose steps take any length."""
+    import keras
+
+    from tflm import data
+    value = training.get("pad_to_multiple")
+    if value is None:
+        return data.default_pad_to_multiple(keras.backend.backend())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"training.pad_to_multiple must be a positive integer (4 suits JAX, "
+                        f"1 turns padding off); got {value!r}.")
+    return value
 
 
 def summary_table(results):

@@ -12,7 +12,8 @@ PyTorch steps of `tflm.backends.train_step` do (see that module for the formulas
 The LSTM state carried between windows lives in non-trainable variables of a fixed batch
 shape (`tflm.backends.stream_state.JaxStreamState`), so it enters the jitted step as part of
 `non_trainable` and leaves it updated, like a BatchNormalization statistic. A different
-window length T retraces the step once per distinct T (jit specializes on shapes).
+window length T retraces the step once per distinct T (jit specializes on shapes): pad the
+windows to a multiple of 4 (`lm_dataset(..., pad_to_multiple=4)`) to compile a few programs.
 
 Distributed JAX training (`keras.distribution`) is not covered: the gradient is the local
 one and clipping would be per shard.
@@ -52,7 +53,7 @@ def jax_train_step(model, state, data):
         log_probs, new_non_trainable, losses = model.stateless_call(
             trainable_values, non_trainable_values, x, training=True, return_losses=True)
         loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight,
-                                                      extra_losses=losses)
+                                                      extra_losses=losses, inputs=x)
         scaled = loss
         if loss_scaled:
             with _optimizer_scope(model, optimizer_variables):
@@ -76,6 +77,7 @@ def jax_test_step(model, state, data):
     x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
     log_probs, non_trainable = model.stateless_call(trainable, non_trainable, x,
                                                     training=False)
-    loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight, extra_losses=[])
+    loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight, extra_losses=[],
+                                                  inputs=x)
     logs, metrics_variables = _metric_updates(model, metrics_variables, loss, nll_sum, tokens)
     return logs, (trainable, non_trainable, metrics_variables)

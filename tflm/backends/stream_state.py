@@ -134,6 +134,12 @@ class TensorFlowStreamState:
     Create the model under `strategy.scope()`: each replica then carries the state of its
     own slice of the global batch (MirroredStrategy splits the batch the same way at every
     step, so replica r always sees the same streams).
+
+    XLA (`jit_compile=True`) cannot change a variable's shape inside a compiled step, so the
+    shape changes only outside one: `ensure(batch_size)` sizes the variables before a
+    pass (`LanguageModel` calls it when fit / evaluate / predict start, from the data's batch
+    size) and `reset()` zeros them in place. Inside a graph a batch of another size (a last
+    partial batch) still resizes them, which plain `tf.function` allows.
     """
 
     def __init__(self, sizes):
@@ -170,8 +176,21 @@ class TensorFlowStreamState:
             h_var.assign(tf.stop_gradient(tf.cast(h, tf.float32)))
             c_var.assign(tf.stop_gradient(tf.cast(c, tf.float32)))
 
+    def _rows(self, var):
+        """Current number of rows (of the first replica's copy when distributed)."""
+        components = getattr(var, "values", None)
+        return int(self._tf.shape(components[0] if components else var)[0])
+
+    def ensure(self, batch_size):
+        """Give the variables `batch_size` zeroed rows unless they have that many (eager)."""
+        tf = self._tf
+        for pair, n in zip(self._vars, self.sizes):
+            for var in pair:
+                if self._rows(var) != int(batch_size):
+                    var.assign(tf.zeros([int(batch_size), n], tf.float32))
+
     def reset(self):
         tf = self._tf
         for pair, n in zip(self._vars, self.sizes):
             for var in pair:
-                var.assign(tf.zeros([0, n], tf.float32))
+                var.assign(tf.zeros([self._rows(var), n], tf.float32))

@@ -22,6 +22,8 @@ differentiation and the gradients are unscaled before clipping, then rescaled fo
 import keras
 from keras import ops
 
+from tflm.padding import real_position_weights
+
 
 def clip_and_scale(grads, clip_norm, scale, variables=None, weight_decay=0.0):
     """Clip `grads` to global norm `clip_norm` (None: no clipping), add `weight_decay *
@@ -66,10 +68,12 @@ def _processed(model, grads, variables, x, loss, num_replicas=1):
 
 
 def window_scale(model, x):
-    """T / bptt for a window of length T (1.0 when the model does not scale)."""
+    """T / bptt for a window of T real positions (padding left out; 1.0 when the model does
+    not scale)."""
     if not model.scale_by_window:
         return 1.0
-    return ops.cast(ops.shape(x)[1], "float32") / float(model.bptt)
+    real = ops.sum(real_position_weights(x)) / ops.cast(ops.shape(x)[0], "float32")
+    return real / float(model.bptt)
 
 
 def tensorflow_train_step(model, data):
@@ -80,7 +84,7 @@ def tensorflow_train_step(model, data):
     x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
     with tf.GradientTape() as tape:
         log_probs = model(x, training=True)
-        loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight)
+        loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight, inputs=x)
         replica_loss = scale_loss_for_distribution(loss)
         if _loss_scale(model.optimizer) is not None:
             replica_loss = model.optimizer.scale_loss(replica_loss)
@@ -111,7 +115,7 @@ def torch_train_step(model, data):
     x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
     model.zero_grad()
     log_probs = model(x, training=True)
-    loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight)
+    loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight, inputs=x)
     scaled = loss if _loss_scale(model.optimizer) is None else model.optimizer.scale_loss(loss)
     scaled.backward()
     variables = model.trainable_variables

@@ -11,11 +11,16 @@ Example:
 
 from tflm.data import download, synthetic  # noqa: F401
 from tflm.data.batching import (  # noqa: F401
+    PAD_ID,
     batchify,
+    default_pad_to_multiple,
     eval_window_lengths,
     lm_dataset,
     lm_windows,
     num_windows,
+    pad_window,
+    pad_window_tensors,
+    padded_length,
     window_lengths,
     window_starts,
 )
@@ -38,5 +43,6 @@ __all__ = [
     "Vocabulary", "Corpus", "load_corpus", "read_corpus", "default_data_dir",
     "CorpusNotFoundError", "ChecksumError", "batchify", "window_lengths",
     "eval_window_lengths", "window_starts", "lm_windows", "lm_dataset", "num_windows",
+    "PAD_ID", "default_pad_to_multiple", "pad_window", "pad_window_tensors", "padded_length",
     "MarkovLanguage", "markov_language", "synthetic", "download",
 ]

@@ -9,7 +9,13 @@ Training windows have random lengths (AWD-LSTM): with probability 0.95 the base 
 otherwise `bptt / 2`; the length is `max(5, int(N(base, 5)))`, capped at `max_len` when
 given (MoS uses `bptt + 40`), and the last window is cut to the positions that remain.
 Evaluation windows have fixed length `bptt`, the last one shorter. Scale the learning rate of
-a training step by `T / bptt` with `T = tf.shape(x)[1]`.
+a training step by `T / bptt`, T the window's real length.
+
+Padding (`pad_to_multiple=m`): a window of length T is padded at the end to the next multiple
+of m, inputs with `PAD_ID` (-1) and targets with 0, so that a backend that compiles one
+program per input shape (JAX under `jit`) sees a few lengths instead of one per distinct T.
+`tflm.LanguageModel` treats input positions holding `PAD_ID` as absent: no loss, no state
+update, no AR/TAR, and T counts the real positions only.
 
 Reference:
     Merity et al. 2018, "Regularizing and Optimizing LSTM Language Models", §4.1
@@ -18,11 +24,53 @@ Reference:
 
 import numpy as np
 
+PAD_ID = -1
+"""The input id of a padding position (targets there are 0 and carry no loss)."""
+
 
 def _positive_int(value, name):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}.")
     return int(value)
+
+
+def default_pad_to_multiple(backend):
+    """The padding `python -m zoo.train` uses on a Keras backend: 4 on JAX, 1 elsewhere.
+
+    JAX compiles the train step once per window shape. With the AWD-LSTM lengths
+    (N(bptt, 5), some N(bptt / 2, 5)) a multiple of 4 leaves about a dozen shapes for about
+    1.5 wasted positions per window; measured on this project's CPU comparison (PTB, bptt 35)
+    it beat both 8 (fewer compiles, 10 % padding) and 1 (a compile for nearly every early
+    window). TensorFlow and PyTorch take any length, so padding would only cost them."""
+    return 4 if backend == "jax" else 1
+
+
+def padded_length(length, pad_to_multiple):
+    """`length` rounded up to a multiple of `pad_to_multiple` (1: unchanged)."""
+    multiple = _positive_int(pad_to_multiple, "pad_to_multiple")
+    return -(-int(length) // multiple) * multiple
+
+
+def pad_window(x, y, pad_to_multiple):
+    """Pads a window (x, y) of shape (B, T) at the end to `padded_length(T, m)` positions:
+    x with `PAD_ID`, y with 0."""
+    extra = padded_length(x.shape[1], pad_to_multiple) - x.shape[1]
+    if not extra:
+        return x, y
+    return (np.pad(x, ((0, 0), (0, extra)), constant_values=PAD_ID),
+            np.pad(y, ((0, 0), (0, extra)), constant_values=0))
+
+
+def pad_window_tensors(x, y, pad_to_multiple):
+    """`pad_window` for TensorFlow tensors of a dynamic length (in a tf.data map)."""
+    import tensorflow as tf
+    multiple = _positive_int(pad_to_multiple, "pad_to_multiple")
+    if multiple == 1:
+        return x, y
+    length = tf.shape(x)[1]
+    extra = (multiple - length % multiple) % multiple
+    return (tf.pad(x, [[0, 0], [0, extra]], constant_values=PAD_ID),
+            tf.pad(y, [[0, 0], [0, extra]], constant_values=0))
 
 
 def batchify(ids, batch_size):
@@ -188,7 +236,7 @@ def num_windows(ids_or_streams, batch_size, bptt, *, train=False, seed=0, epoch=
 
 
 def lm_windows(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_len=None,
-               **rule):
+               pad_to_multiple=1, **rule):
     """Yields the (input, target) BPTT windows of one pass, as NumPy arrays.
 
     Rule: `x = streams[:, i:i + T]`, `y = streams[:, i + 1:i + 1 + T]`, with window lengths
@@ -204,10 +252,12 @@ def lm_windows(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_
         seed: seed of the random lengths. Default 0.
         epoch: epoch number, mixed into the seed. Default 0.
         max_len: optional cap on training window lengths. Default None.
+        pad_to_multiple: pad each window at the end to a multiple of this many positions
+            (inputs `PAD_ID`, targets 0; see the module docstring). Default 1 (no padding).
         **rule: `short_prob`, `std`, `min_len` of `window_lengths` (defaults 0.05, 5.0, 5).
 
     Yields:
-        (x, y), int32 arrays of shape (B, T).
+        (x, y), int32 arrays of shape (B, T) (T padded when `pad_to_multiple` > 1).
 
     Example:
 
@@ -217,13 +267,15 @@ def lm_windows(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_
     streams = _streams(ids_or_streams, batch_size)
     starts, lengths = window_starts(streams, batch_size, bptt, train=train, seed=seed,
                                     epoch=epoch, max_len=max_len, **rule)
+    padded_length(1, pad_to_multiple)  # validates it before the first window
     for start, length in zip(starts.tolist(), lengths.tolist()):
-        yield (np.ascontiguousarray(streams[:, start:start + length]),
-               np.ascontiguousarray(streams[:, start + 1:start + 1 + length]))
+        yield pad_window(np.ascontiguousarray(streams[:, start:start + length]),
+                         np.ascontiguousarray(streams[:, start + 1:start + 1 + length]),
+                         pad_to_multiple)
 
 
 def lm_dataset(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_len=None,
-               short_prob=0.05, std=5.0, min_len=5):
+               short_prob=0.05, std=5.0, min_len=5, pad_to_multiple=1):
     """A `tf.data.Dataset` of BPTT windows (no Python generators, no shuffling).
 
     With an int `epoch` (or `train=False`) it yields exactly the windows of `lm_windows` for
@@ -247,6 +299,9 @@ def lm_dataset(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_
             Default 0.
         max_len: optional cap on training window lengths (MoS: bptt + 40). Default None.
         short_prob, std, min_len: the length rule (see `window_lengths`).
+        pad_to_multiple: pad each window at the end to a multiple of this many positions
+            (inputs `PAD_ID`, targets 0). On JAX use `default_pad_to_multiple("jax")` (4):
+            a few compiled programs instead of one per window length. Default 1.
 
     Returns:
         Dataset of (x, y), int32 tensors of shape (B, None); T is `tf.shape(x)[1]`.
@@ -263,6 +318,7 @@ def lm_dataset(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_
     batch = streams_np.shape[0]
     num_positions = streams_np.shape[1] - 1
     streams = tf.constant(streams_np, dtype=tf.int32)
+    multiple = _positive_int(pad_to_multiple, "pad_to_multiple")
 
     if train and epoch is None:
         short_prob, std, min_len, max_len = _check_rule(short_prob, std, min_len, max_len)
@@ -280,6 +336,7 @@ def lm_dataset(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_
         length = tf.cast(length, tf.int32)
         x = tf.slice(streams, tf.stack([0, start]), tf.stack([batch, length]))
         y = tf.slice(streams, tf.stack([0, start + 1]), tf.stack([batch, length]))
+        x, y = pad_window_tensors(x, y, multiple)
         return tf.ensure_shape(x, (batch, None)), tf.ensure_shape(y, (batch, None))
 
     return windows.map(cut, num_parallel_calls=tf.data.AUTOTUNE,

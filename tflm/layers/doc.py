@@ -9,7 +9,7 @@ from tflm.layers.head import LogProbHead
 from tflm.layers.mos import mixture_log_probs
 
 
-def prior_cv_squared(pi):
+def prior_cv_squared(pi, mask=None):
     """Squared coefficient of variation of the summed priors, as the DOC reference computes it.
 
         S_{b,r} = sum_t pi_{b,t,r}                                   (B, R)
@@ -23,11 +23,15 @@ def prior_cv_squared(pi):
 
     Args:
         pi: `(batch, time, R)` mixture weights.
+        mask: optional boolean `(batch, time)`: only these positions enter the sums
+            (padded windows, `tflm.padding`).
 
     Returns:
         scalar float32 tensor.
     """
     pi = ops.cast(pi, "float32")
+    if mask is not None:
+        pi = pi * ops.expand_dims(ops.cast(mask, "float32"), -1)
     summed = ops.sum(pi, axis=1)                                             # (B, R)
     count = ops.cast(ops.size(summed), "float32")
     num = ops.cast(ops.shape(pi)[-1], "float32")
@@ -86,11 +90,13 @@ class DOCLayer(LogProbHead):
     """
 
     takes_all_layers = True  # models hand it every layer's output, not only the last
+    takes_mask = True  # a (batch, time) mask of real positions keeps padding out of the CV
 
     def __init__(self, num_components_per_layer=(5, 15), embedding=None, vocab_size=None,
                  latent_dim=None, latent_dropout=0.0, cv_regularization=0.001, seed=None,
                  **kwargs):
         super().__init__(embedding=embedding, vocab_size=vocab_size, **kwargs)
+        self.supports_masking = True  # takes the mask of real positions; passes none on
         counts = num_components_per_layer
         if isinstance(counts, (int, np.integer)):
             counts = [counts]
@@ -177,7 +183,9 @@ class DOCLayer(LogProbHead):
         inputs = [ops.cast(x, self.compute_dtype) for x in inputs]
         return ops.softmax(self.prior_logits(inputs), axis=-1)
 
-    def call(self, inputs, training=False):
+    def call(self, inputs, training=False, mask=None):
+        if isinstance(mask, (list, tuple)):  # Keras' per-input masks, when not passed
+            mask = next((m for m in reversed(mask) if m is not None), None)
         self._check_inputs([x.shape for x in inputs] if isinstance(inputs, (list, tuple))
                            else inputs.shape)
         logits = self.project(self.components(inputs, training=training))   # (B, T, R, V)
@@ -185,8 +193,11 @@ class DOCLayer(LogProbHead):
         log_prior = ops.log_softmax(prior_logits, axis=-1)
         if training and self.cv_regularization > 0.0:
             self.add_loss(self.cv_regularization
-                          * prior_cv_squared(ops.softmax(prior_logits, axis=-1)))
+                          * prior_cv_squared(ops.softmax(prior_logits, axis=-1), mask))
         return mixture_log_probs(logits, log_prior)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[-1][:-1]) + (self.vocab_size,)

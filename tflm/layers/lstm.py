@@ -13,10 +13,13 @@ class WeightDropLSTM(keras.layers.LSTM):
 
     One mask is drawn per forward call (per BPTT window) and shared by every time step and
     every sequence of the batch; inference uses U unchanged. The dropped matrix is an ordinary
-    tensor handed to the backend's fused LSTM, so the cuDNN kernel still runs on TensorFlow,
-    JAX and PyTorch GPUs. Without cuDNN (CPU) the layer runs its own loop with the same
-    dropped matrix, computing the input projection x W + b for all steps at once and only
-    h U~ inside the loop. Gradients flow to U through the mask (dU = M / (1 - p) * dU~).
+    tensor handed to the backend's fused LSTM, so the cuDNN kernel still runs on TensorFlow
+    and PyTorch GPUs (PyTorch through `tflm.backends.torch_lstm`, which also gives a CPU the
+    fused oneDNN kernel); JAX GPUs get cuDNN also for padded windows, with per-sequence
+    lengths (`tflm.backends.jax_lstm`). Otherwise (TensorFlow CPU, JAX CPU) the layer runs
+    its own loop with the same dropped matrix, computing the input projection x W + b for
+    all steps at once and only h U~ inside the loop. Gradients flow to U through the mask
+    (dU = M / (1 - p) * dU~).
 
     Args:
         units: hidden size.
@@ -75,6 +78,9 @@ class WeightDropLSTM(keras.layers.LSTM):
             sequences = sequences * ops.expand_dims(input_mask, axis=1)
         recurrent_kernel = self._recurrent_kernel(training)
         if self.use_cudnn in ("auto", True):
+            fused = self._torch_fused_loop(sequences, initial_state, mask, recurrent_kernel)
+            if fused is not None:
+                return fused
             try:
                 out = keras_backend.lstm(
                     sequences, initial_state[0], initial_state[1], mask,
@@ -88,11 +94,49 @@ class WeightDropLSTM(keras.layers.LSTM):
                 return out
             except NotImplementedError:
                 pass
+            try:
+                return self._jax_cudnn_masked(sequences, initial_state, mask, recurrent_kernel)
+            except NotImplementedError:
+                pass
         if self.use_cudnn is True:
             raise ValueError(
                 "WeightDropLSTM: use_cudnn=True but cuDNN is not available for this layer "
                 "configuration or device; pass use_cudnn='auto' to use the portable loop.")
         return self._portable_loop(sequences, initial_state, mask, recurrent_kernel)
+
+    def _torch_fused_loop(self, sequences, initial_state, mask, recurrent_kernel):
+        """PyTorch: its fused kernel (cuDNN on a GPU, oneDNN on a CPU, where Keras would run
+        a Python loop per step) when the layer is the standard LSTM (tanh / sigmoid, no
+        mask, forwards); None otherwise."""
+        from keras.src import activations
+        cell = self.cell
+        if (keras_backend.backend() != "torch" or mask is not None or self.go_backwards
+                or self.unroll or cell.activation is not activations.tanh
+                or cell.recurrent_activation is not activations.sigmoid):
+            return None
+        from tflm.backends.torch_lstm import fused_lstm
+        return fused_lstm(sequences, initial_state[0], initial_state[1],
+                          ops.convert_to_tensor(cell.kernel),
+                          ops.convert_to_tensor(recurrent_kernel),
+                          None if cell.bias is None else ops.convert_to_tensor(cell.bias),
+                          return_sequences=self.return_sequences)
+
+    def _jax_cudnn_masked(self, sequences, initial_state, mask, recurrent_kernel):
+        """JAX with a mask of real positions (padded windows; every window under `jit`):
+        cuDNN with per-sequence lengths on a GPU, where Keras would loop. Raises
+        `NotImplementedError` where that does not apply."""
+        from keras.src import activations
+        cell = self.cell
+        if (keras_backend.backend() != "jax" or mask is None or self.go_backwards
+                or self.unroll or cell.activation is not activations.tanh
+                or cell.recurrent_activation is not activations.sigmoid):
+            raise NotImplementedError
+        from tflm.backends.jax_lstm import cudnn_lstm_with_lengths
+        return cudnn_lstm_with_lengths(
+            sequences, initial_state[0], initial_state[1], ops.convert_to_tensor(cell.kernel),
+            ops.convert_to_tensor(recurrent_kernel),
+            None if cell.bias is None else ops.convert_to_tensor(cell.bias), mask,
+            return_sequences=self.return_sequences)
 
     def _portable_loop(self, sequences, initial_state, mask, recurrent_kernel):
         """The LSTM recursion with a given recurrent matrix (gate order i, f, c, o)."""

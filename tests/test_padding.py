@@ -1,0 +1,149 @@
+"""Padded BPTT windows (pad_to_multiple): the data side, the masks, and exact equivalence of
+training on padded and unpadded windows on every backend."""
+
+import numpy as np
+import pytest
+
+from tests.backends import run_in_backend
+from tflm.data import PAD_ID, lm_dataset, lm_windows, pad_window, padded_length
+
+
+def test_padded_length_and_pad_window():
+    assert [padded_length(t, 8) for t in (1, 7, 8, 9, 16, 17)] == [8, 8, 8, 16, 16, 24]
+    assert padded_length(13, 1) == 13
+    x = np.arange(10).reshape(2, 5)
+    px, py = pad_window(x, x + 1, 4)
+    assert px.shape == py.shape == (2, 8)
+    np.testing.assert_array_equal(px[:, :5], x)
+    np.testing.assert_array_equal(py[:, :5], x + 1)
+    assert (px[:, 5:] == PAD_ID).all() and (py[:, 5:] == 0).all()
+    with pytest.raises(ValueError, match="pad_to_multiple must be a positive integer"):
+        padded_length(3, 0)
+
+
+def test_lm_windows_and_lm_dataset_pad_the_same_windows():
+    ids = np.random.default_rng(0).integers(0, 100, 2_000)
+    plain = list(lm_windows(ids, 4, 35, train=True, seed=2, epoch=1))
+    padded = list(lm_windows(ids, 4, 35, train=True, seed=2, epoch=1, pad_to_multiple=8))
+    assert len(plain) == len(padded)
+    for (x, y), (px, py) in zip(plain, padded):
+        t = x.shape[1]
+        assert px.shape[1] == padded_length(t, 8) and px.dtype == np.int32
+        np.testing.assert_array_equal(px[:, :t], x)
+        np.testing.assert_array_equal(py[:, :t], y)
+        assert (px[:, t:] == PAD_ID).all() and (py[:, t:] == 0).all()
+    tf_windows = [(x.numpy(), y.numpy()) for x, y in lm_dataset(
+        ids, 4, 35, train=True, seed=2, epoch=1, pad_to_multiple=8)]
+    for (px, py), (tx, ty) in zip(padded, tf_windows):
+        np.testing.assert_array_equal(px, tx)
+        np.testing.assert_array_equal(py, ty)
+    # the padded lengths are few: that is what saves JAX its compiles
+    assert len({x.shape[1] for x, _ in padded}) < len({x.shape[1] for x, _ in plain}) / 2
+    with pytest.raises(ValueError, match="pad_to_multiple"):
+        lm_dataset(ids, 4, 35, train=False, pad_to_multiple=-8)
+
+
+def test_masked_mean_and_padding_mask_against_numpy():
+    from keras import ops
+
+    from tflm.padding import masked_mean, padding_mask, without_padding
+    rng = np.random.default_rng(1)
+    values = rng.normal(size=(3, 6, 4)).astype("float32")
+    mask = np.ones((3, 6), bool)
+    mask[:, 4:] = False
+    expected = values[:, :4].mean()
+    got = float(ops.convert_to_numpy(masked_mean(values, ops.convert_to_tensor(mask))))
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert float(ops.convert_to_numpy(masked_mean(values, None))) == pytest.approx(
+        values.mean(), rel=1e-6)
+    tokens = np.array([[3, 4, PAD_ID], [5, 6, PAD_ID]], "int32")
+    np.testing.assert_array_equal(ops.convert_to_numpy(padding_mask(tokens)),
+                                  [[True, True, False]] * 2)
+    assert padding_mask(np.array([[3, 4]], "int32")) is None  # eager, no padding: no mask
+    np.testing.assert_array_equal(ops.convert_to_numpy(without_padding(tokens)),
+                                  [[3, 4, 0], [5, 6, 0]])
+
+
+def test_doc_cv_regularizer_leaves_masked_positions_out():
+    from keras import ops
+
+    from tflm.layers.doc import prior_cv_squared
+    pi = np.random.default_rng(2).dirichlet(np.ones(5), size=(2, 7)).astype("float32")
+    mask = np.zeros((2, 7), bool)
+    mask[:, :4] = True
+    masked = float(ops.convert_to_numpy(prior_cv_squared(pi, ops.convert_to_tensor(mask))))
+    cropped = float(ops.convert_to_numpy(prior_cv_squared(pi[:, :4])))
+    assert masked == pytest.approx(cropped, rel=1e-5)
+
+
+# With every dropout ON (masks do not depend on the window length, so the same seeds give
+# the same masks) and AR / TAR, a DOC head with its CV regularizer: training on windows
+# padded to a multiple of 8 must give the unpadded run's weights, losses and perplexity.
+_EQUIVALENCE = """
+import numpy as np, keras
+from tflm import data
+from zoo.awd_lstm import AWDLSTM
+
+ids = np.random.default_rng(0).integers(0, 60, 1_500)
+
+def run(multiple):
+    keras.utils.set_random_seed(0)
+    model = AWDLSTM(60, embed_dim=8, hidden_dim=16, num_layers=3, seed=5, bptt=12,
+                    head={HEAD}, dropout_e=0.1, weight_dropout=0.5)
+    model.compile(optimizer=keras.optimizers.SGD(2.0))
+    windows = data.lm_windows(ids, 4, 12, train=True, seed=3, epoch=0,
+                              pad_to_multiple=multiple)
+    losses, shapes = [], set()
+    for i, (x, y) in enumerate(windows):
+        if i == 8:
+            break
+        shapes.add(x.shape[1])
+        losses.append(model.train_on_batch(x, y, return_dict=True)["loss"])
+    valid = data.lm_dataset(ids[:400], 3, 10, train=False, pad_to_multiple=multiple)
+    ppl = model.evaluate(valid, verbose=0, return_dict=True)["perplexity"]
+    weights = np.concatenate([w.ravel() for w in model.get_weights()])
+    return weights, np.array(losses), ppl, shapes
+
+w1, l1, p1, s1 = run(1)
+w8, l8, p8, s8 = run(8)
+assert all(s % 8 == 0 for s in s8) and len(s8) < len(s1), (s1, s8)
+print("weights", float(np.abs(w1 - w8).max()), "loss", float(np.abs(l1 - l8).max()),
+      "ppl", p1, p8)
+"""
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_training_on_padded_windows_equals_unpadded(backend):
+    head = ('{"type": "doc", "num_components_per_layer": [0, 2, 3], '
+            '"cv_regularization": 0.05}')
+    out = run_in_backend(backend, _EQUIVALENCE.replace("{HEAD}", head)).split()
+    assert out[0] == "weights"
+    assert float(out[1]) < 1e-5, out
+    assert float(out[3]) < 1e-5, out
+    assert float(out[5]) == pytest.approx(float(out[6]), rel=1e-5)
+
+
+def test_jax_compiles_once_per_padded_length():
+    out = run_in_backend("jax", """
+        import numpy as np, keras
+        from tflm import data
+        from zoo.awd_lstm import AWDLSTM
+        model = AWDLSTM(40, embed_dim=8, hidden_dim=16, num_layers=2, seed=1, bptt=20)
+        traced = []
+        step = model.train_step
+        def counted(state, batch):
+            traced.append(batch[0].shape[1])
+            return step(state, batch)
+        model.train_step = counted
+        model.compile(optimizer=keras.optimizers.SGD(1.0))
+        ids = np.random.default_rng(0).integers(0, 40, 4_000)
+        ds = data.lm_dataset(ids, 4, 20, train=True, seed=0, epoch=0, pad_to_multiple=8)
+        lengths = {x.shape[1] for x, _ in data.lm_windows(ids, 4, 20, train=True, seed=0,
+                                                          epoch=0)}
+        model.fit(ds, epochs=1, verbose=0)
+        print(len(lengths), *traced)
+    """).split("\n")[-2].split()
+    distinct_raw, traced = int(out[0]), [int(t) for t in out[1:]]
+    assert traced and all(t % 8 == 0 for t in traced)
+    assert len(traced) == len(set(traced))  # one trace per padded length, none twice
+    assert len(traced) < distinct_raw

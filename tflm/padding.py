@@ -1,0 +1,66 @@
+"""Padded BPTT windows: input positions holding `PAD_ID` are absent.
+
+`tflm.data.lm_dataset(..., pad_to_multiple=m)` pads a window of T positions at the end to
+the next multiple of m (inputs `PAD_ID` = -1, targets 0) so that JAX compiles a few programs
+instead of one per window length. A language model then treats the padded positions as if
+the window had T positions:
+
+    mask[b, t]   = tokens[b, t] != PAD_ID
+    loss         = sum(mask * nll) / sum(mask)
+    T            = sum(mask) / B                        (for the T / bptt step scaling)
+    LSTM state   = held through masked steps, so the carried state is the one after T steps
+    AR, TAR      = means over real positions (TAR: over pairs of real positions)
+
+`padding_mask` returns None where the tokens are concrete and hold no padding, so eager
+backends keep the mask-free kernels (PyTorch's cuDNN LSTM takes no mask).
+"""
+
+from keras import ops
+
+from tflm.backends.tracing import is_concrete
+from tflm.data.batching import PAD_ID
+
+
+def padding_mask(tokens):
+    """Boolean `(batch, time)` mask of the real positions, or None when there is no padding.
+
+    Traced tokens (a TensorFlow graph, JAX under `jit`) always get a mask: the values are
+    not known when the program is built."""
+    mask = ops.not_equal(tokens, PAD_ID)
+    if is_concrete(tokens) and bool(ops.convert_to_numpy(ops.all(mask))):
+        return None
+    return mask
+
+
+def forget_keras_mask(tensor):
+    """Drop the Keras mask a masked layer attached to `tensor` (the model applies the mask
+    itself; left on, layers without mask support warn that they destroy it)."""
+    from keras.src.backend.common.masking import set_keras_mask
+    set_keras_mask(tensor, None)
+    return tensor
+
+
+def without_padding(tokens):
+    """Tokens with `PAD_ID` replaced by 0 (any valid id: their outputs are masked)."""
+    return ops.where(ops.equal(tokens, PAD_ID), ops.zeros_like(tokens), tokens)
+
+
+def real_position_weights(tokens):
+    """float32 `(batch, time)`: 1 at real positions, 0 at padding."""
+    return ops.cast(ops.not_equal(tokens, PAD_ID), "float32")
+
+
+def masked_mean(values, mask):
+    """Mean of `values` (batch, time, ...) over the positions where `mask` (batch, time) is
+    True, and over every trailing element; the plain mean when `mask` is None."""
+    values = ops.cast(values, "float32")
+    if mask is None:
+        return ops.mean(values)
+    weights = ops.cast(mask, "float32")
+    per_position = 1
+    for size in values.shape[2:]:
+        per_position *= int(size)
+    for _ in range(len(values.shape) - 2):
+        weights = ops.expand_dims(weights, -1)
+    total = ops.sum(values * weights)
+    return total / ops.maximum(ops.sum(weights) * float(per_position), 1.0)
