@@ -5,7 +5,7 @@ import numpy as np
 from keras import ops
 
 from tflm.layers.dropout import LockedDropout
-from tflm.layers.head import LogProbHead
+from tflm.layers.head import LogProbHead, tanh_components
 from tflm.layers.mos import mixture_log_probs
 
 
@@ -163,12 +163,10 @@ class DOCLayer(LogProbHead):
 
     def components(self, inputs, training=False):
         """g_{c,r} for all R components, `(batch, time, R, L)` in input order."""
-        parts = []
         used = [(o, c) for o, c in zip(inputs, self.num_components_per_layer) if c > 0]
-        for (o, count), kernel, bias in zip(used, self.latent_kernels, self.latent_biases):
-            z = ops.matmul(o, ops.cast(kernel, o.dtype)) + ops.cast(bias, o.dtype)
-            shape = ops.shape(o)
-            parts.append(ops.reshape(ops.tanh(z), tuple(shape[:-1]) + (count, self._latent_units)))
+        parts = [tanh_components(o, kernel, bias, count, self._latent_units)
+                 for (o, count), kernel, bias in zip(used, self.latent_kernels,
+                                                      self.latent_biases)]
         comps = parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=2)
         return self.dropout(comps, training=training)
 

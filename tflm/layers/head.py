@@ -6,6 +6,15 @@ from keras import ops
 from tflm.layers.embedding import TiedEmbedding
 
 
+def tanh_components(x, kernel, bias, num_components, units):
+    """Mixture components h_k = tanh(W_k x + b_k), `(batch, time, K, L)`.
+
+    One matmul for all K: `kernel` is `(d, K L)`, `bias` `(K L,)` (MoS / MoC / Mixtape latent
+    vectors, DOC per input layer; Yang et al. 2018, eq. for h_{c,k})."""
+    z = ops.matmul(x, ops.cast(kernel, x.dtype)) + ops.cast(bias, x.dtype)
+    return ops.reshape(ops.tanh(z), tuple(ops.shape(x)[:-1]) + (num_components, units))
+
+
 class LogProbHead(keras.layers.Layer):
     """Base class of every output head (DESIGN contract 1 and 2).
 

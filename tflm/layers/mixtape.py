@@ -7,7 +7,7 @@ import numpy as np
 from keras import ops
 
 from tflm.layers.dropout import LockedDropout
-from tflm.layers.head import LogProbHead
+from tflm.layers.head import LogProbHead, tanh_components
 
 
 def sigmoid_tree(gates, axis=-1):
@@ -180,10 +180,8 @@ class MixtapeLayer(LogProbHead):
     # -- pieces -------------------------------------------------------------------------
     def components(self, g, training=False):
         """h_{c,k} = tanh(W_k g + b_k): `(batch, time, K, L)`."""
-        z = (ops.matmul(g, ops.cast(self.latent_kernel, g.dtype))
-             + ops.cast(self.latent_bias, g.dtype))
-        shape = ops.shape(g)
-        h = ops.reshape(ops.tanh(z), tuple(shape[:-1]) + (self.num_components, self._latent_units))
+        h = tanh_components(g, self.latent_kernel, self.latent_bias, self.num_components,
+                            self._latent_units)
         return self.dropout(h, training=training)
 
     def _decoder(self):

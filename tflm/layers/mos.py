@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from tflm.layers.dropout import LockedDropout
-from tflm.layers.head import LogProbHead
+from tflm.layers.head import LogProbHead, tanh_components
 
 
 def _check_positive_int(layer, name, value, allow_none=False):
@@ -82,10 +82,8 @@ class _MixtureBase(LogProbHead):
 
     def latent(self, g, training=False):
         """Component context vectors h_k = tanh(W_k g + b_k), `(batch, time, K, L)`."""
-        z = (ops.matmul(g, ops.cast(self.latent_kernel, g.dtype))
-             + ops.cast(self.latent_bias, g.dtype))
-        shape = ops.shape(g)
-        h = ops.reshape(ops.tanh(z), tuple(shape[:-1]) + (self.num_experts, self._latent_units))
+        h = tanh_components(g, self.latent_kernel, self.latent_bias, self.num_experts,
+                            self._latent_units)
         return self.dropout(h, training=training)
 
     def prior_logits(self, g):
