@@ -235,7 +235,7 @@ def versions():
 
 def machine():
     sys.path.insert(0, REPO)
-    from tools.machine import cpu_model, memory_gib
+    from bench.machine import cpu_model, memory_gib
     return (f"{platform.system()} {platform.machine()}, {cpu_model()}, {os.cpu_count()} CPUs, "
             f"{memory_gib()} GiB RAM")
 

@@ -130,7 +130,7 @@ def worker(method, path, values_out, block_rows):
 
 
 def machine_info():
-    from tools.machine import cpu_model, memory_gib
+    from bench.machine import cpu_model, memory_gib
     cpu = cpu_model()
     mem = f"{memory_gib()} GiB"
     import scipy

@@ -1,10 +1,35 @@
-"""Helpers shared by the benchmark scripts."""
+"""What machine a measurement ran on (CPU model, memory), and publishing a results table."""
 
-import pathlib
-import sys
+import os
+import platform
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from tools.machine import cpu_model, machine_line, memory_gib  # noqa: E402,F401
+
+def _proc_field(path, prefix):
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cpu_model():
+    """The CPU model name from /proc/cpuinfo (platform's guess elsewhere)."""
+    return _proc_field("/proc/cpuinfo", "model name") or platform.processor() or "unknown CPU"
+
+
+def memory_gib():
+    """Total memory in GiB from /proc/meminfo, or None."""
+    total = _proc_field("/proc/meminfo", "MemTotal:")
+    return None if total is None else round(int(total.split()[0]) / 2**20, 1)
+
+
+def machine_line():
+    """One line: CPU model, cores, memory."""
+    mem = memory_gib()
+    return f"{cpu_model()}, {os.cpu_count()} cores" + (f", {mem} GiB" if mem else "")
 
 
 def publish(table, results_path):

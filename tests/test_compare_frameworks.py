@@ -1,5 +1,5 @@
-"""tools/compare_frameworks.py, the native PyTorch peer (tools/torch_native.py) and the JAX
-train step of `LanguageModel` that the comparison needs."""
+"""`python tools/compare_frameworks.py` (the harness in bench/frameworks) and the native
+PyTorch peer (bench/frameworks/torch_native.py)."""
 
 import importlib.util
 import json
@@ -9,8 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from tests.backends import run_in_backend
-from tools import compare_frameworks as cf
+from bench.frameworks import compare as cf
+from bench.frameworks.report import flops_per_token
+from tests.conftest import REPO
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 KERAS_BACKENDS = [b for b in ("tensorflow", "jax", "torch")
@@ -41,14 +42,14 @@ def _tiny_preset(tmp_path, **model):
 # ---- the arithmetic and the configuration ---------------------------------------------------
 def test_flops_per_token_from_layer_sizes():
     config = cf.resolve_config("awd_lstm_mos_ptb")
-    f = cf.flops_per_token(config, 10_000)
+    f = flops_per_token(config, 10_000)
     # 280 -> 960 -> 960 -> 620, MoS K=15 with a tied 280-dim latent, V = 10,000
     lstm = 4 * 960 * (280 + 960) + 4 * 960 * (960 + 960) + 4 * 620 * (960 + 620)
     head = 620 * 15 * 280 + 620 * 15 + 15 * 10_000 * 280
     assert f["lstm_params"] == lstm and f["head_params"] == head
     assert f["train_flops_per_token"] == 6 * (lstm + head)
     assert f["eval_flops_per_token"] == 2 * (lstm + head)
-    softmax = cf.flops_per_token(cf.resolve_config("awd_lstm_ptb"), 10_000)
+    softmax = flops_per_token(cf.resolve_config("awd_lstm_ptb"), 10_000)
     assert softmax["head_params"] == 10_000 * 400
 
 
@@ -59,12 +60,14 @@ def test_resolve_config_overrides_and_no_dropout():
                                no_dropout=True)
     assert config["model"]["hidden_dim"] == 64 and config["training"]["batch_size"] == 3
     assert config["model"]["head"]["num_experts"] == 2
-    assert all(config["model"][k] == 0.0 for k in cf._DROPOUTS)
+    assert all(config["model"][k] == 0.0 for k in cf.DROPOUTS)
     assert config["model"]["head"]["latent_dropout"] == 0.0
-    with pytest.raises(cf.UserError, match="unknown preset"):
+    with pytest.raises(cf.UserError, match="(?i)unknown preset"):
         cf.resolve_config("no_such_preset")
-    with pytest.raises(cf.UserError, match="KEY=VALUE"):
+    with pytest.raises(cf.UserError, match="(?i)key=value"):
         cf.resolve_config("synthetic", ["model.hidden_dim"])
+    assert cf.resolve_config("synthetic", lstm_kernel="portable")["model"]["use_cudnn"] is False
+    assert "use_cudnn" not in cf.resolve_config("synthetic")["model"]
 
 
 def test_bad_backend_is_a_user_error(tmp_path, capsys):
@@ -75,7 +78,7 @@ def test_bad_backend_is_a_user_error(tmp_path, capsys):
 
 def test_runs_as_a_script_from_anywhere(tmp_path):
     # `python tools/compare_frameworks.py` puts tools/, not the repository, on sys.path.
-    proc = subprocess.run([sys.executable, str(cf.REPO / "tools" / "compare_frameworks.py"),
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "compare_frameworks.py"),
                            "--preset", "synthetic", "--backends", "theano", "--out",
                            str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
@@ -87,8 +90,8 @@ def test_runs_as_a_script_from_anywhere(tmp_path):
 def _keras_and_native(head, dropout=0.0, seed=0):
     import keras
 
-    from tools.framework_worker import export_keras_roles
-    from tools.torch_native import from_model_config
+    from bench.frameworks.roles import export_keras_roles
+    from bench.frameworks.torch_native import from_model_config
     from zoo.awd_lstm import AWDLSTM
 
     model_cfg = dict(embed_dim=6, hidden_dim=10, num_layers=3, last_dim=6 if head == "softmax"
@@ -130,7 +133,7 @@ def test_native_model_equals_keras_model_from_the_same_weights(head):
     assert float(extra.detach()) == pytest.approx(k_extra, rel=1e-5)
     # The round trip by role is exact.
     back = native.export_roles()
-    from tools.framework_worker import export_keras_roles
+    from bench.frameworks.roles import export_keras_roles
     for role, value in export_keras_roles(k_model).items():
         np.testing.assert_array_equal(back[role], value)
 
@@ -139,7 +142,7 @@ def test_native_model_equals_keras_model_from_the_same_weights(head):
 def test_native_dropouts_follow_the_awd_lstm_rules():
     import torch
 
-    from tools.torch_native import LockedDropout, NativeAWDLSTM, WeightDropLSTM
+    from bench.frameworks.torch_native import LockedDropout, NativeAWDLSTM, WeightDropLSTM
 
     locked = LockedDropout(0.5).train()
     y = locked(torch.ones(4, 9, 3))
@@ -205,8 +208,15 @@ def test_tool_end_to_end_tiny_preset_all_installed_backends(tmp_path, capsys):
         assert r["cudnn"] == "no" and r["floor_train_words_per_s"] > 0
         assert r["versions"]["python"]
 
+    # The LSTM kernel that ran: no fused kernel for TensorFlow / JAX on a CPU; PyTorch's own.
+    expected_kernels = {"tensorflow": "portable", "jax": "portable", "torch": "fused",
+                        "torch-native": "fused"}
+    assert {name: r["lstm_kernel"] for name, r in ok.items()} == {
+        name: expected_kernels[name] for name in ok}
     ref = next(iter(ok.values()))
     for name, r in ok.items():
+        np.testing.assert_allclose(r["step_losses"], ref["step_losses"], rtol=1e-5,
+                                   err_msg=name)
         np.testing.assert_allclose(r["running_loss"], ref["running_loss"], rtol=1e-5,
                                    err_msg=name)
         assert r["first_step_loss"] == pytest.approx(ref["first_step_loss"], rel=1e-5)
@@ -256,91 +266,3 @@ def test_tool_with_dropout_epochs_and_plot(tmp_path):
         assert curve[-1]["train_time_s"] > curve[1]["train_time_s"] > 0
         finals.append(curve[-1]["val_perplexity"])
     assert max(finals) / min(finals) < 1.15
-
-
-# ---- the JAX train step that makes the comparison possible --------------------------------
-@pytest.mark.skipif("jax" not in KERAS_BACKENDS, reason="jax is not installed")
-def test_jax_fit_carries_state_evaluates_predicts_and_saves(tmp_path):
-    out = run_in_backend("jax", f"""
-        import numpy as np, keras
-        from zoo.awd_lstm import AWDLSTM
-        m = AWDLSTM(20, embed_dim=6, hidden_dim=8, num_layers=2, seed=1, bptt=5)
-        m.compile(optimizer=keras.optimizers.SGD(2.0))
-        m.build()
-        pattern = np.random.default_rng(0).integers(0, 20, 7)     # learnable, period 7
-        data = np.stack([np.tile(pattern, 30)[:200], np.tile(pattern, 30)[3:203]]).astype("int32")
-        # windows in stream order: rows 2k, 2k+1 of x are the two streams at window k
-        x = np.stack([data[:, i:i+5] for i in range(0, 190, 5)]).reshape(-1, 5)
-        y = np.stack([data[:, i+1:i+6] for i in range(0, 190, 5)]).reshape(-1, 5)
-        n_weights = len(m.get_weights())
-        h = m.fit(x, y, batch_size=2, shuffle=False, epochs=3, verbose=0,
-                  validation_data=(x, y))
-        # The carried state is in the jitted step's state but not a weight.
-        assert len(m.get_weights()) == n_weights, (len(m.get_weights()), n_weights)
-        names = [v.name for v in m.non_trainable_variables if "stream_state" in v.name]
-        assert len(names) == 8, names   # (h, c) x 2 layers x (train, eval)
-        ev = m.evaluate(x, y, batch_size=2, verbose=0, return_dict=True)
-        # The same pass by hand on the eager path, carrying the state (and not carrying it).
-        m.reset_stream_states()
-        carried = np.concatenate([keras.ops.convert_to_numpy(m(x[i:i+2]))
-                                  for i in range(0, len(x), 2)])
-        fresh = np.concatenate([keras.ops.convert_to_numpy(m.forward_with_state(x[i:i+2])[0])
-                                for i in range(0, len(x), 2)])
-        nll = -np.take_along_axis(carried, y[:, :, None], -1).mean()
-        pred = m.predict(x, batch_size=2, verbose=0)   # jitted, the eval state carried
-        path = "{tmp_path}/m.keras"
-        m.save(path)
-        m2 = keras.saving.load_model(path)
-        same = all(np.array_equal(a, b) for a, b in zip(m.get_weights(), m2.get_weights()))
-        print(h.history["perplexity"][0], h.history["perplexity"][-1],
-              h.history["val_perplexity"][-1], ev["perplexity"], float(np.exp(nll)),
-              np.abs(pred - carried).max(), np.abs(fresh - carried).max(), same)
-    """)
-    first, last, val, ev, by_hand, pred_gap, fresh_gap, same = out.split()[-8:]
-    assert float(last) < float(first)
-    assert float(ev) == pytest.approx(float(by_hand), rel=2e-5)
-    assert float(val) == pytest.approx(float(ev), rel=2e-5)
-    assert float(pred_gap) < 1e-5 < 1e-3 < float(fresh_gap)  # carried, and it matters
-    assert same == "True"
-
-
-@pytest.mark.skipif("jax" not in KERAS_BACKENDS or "tensorflow" not in KERAS_BACKENDS,
-                    reason="needs jax and tensorflow")
-def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling(tmp_path):
-    """The JAX step applies the same update as the TensorFlow step: a window shorter than
-    bptt (T/bptt scaling), clipping active, L2 decay, AR/TAR, two steps (state carried)."""
-    code = """
-        import numpy as np, keras
-        from zoo.awd_lstm import AWDLSTM
-        from tflm.optimizers import SGD
-        keras.utils.set_random_seed(0)
-        m = AWDLSTM(15, embed_dim=4, hidden_dim=6, num_layers=2, dropout=0, dropout_h=0,
-                    dropout_i=0, dropout_e=0, weight_dropout=0, bptt=8, clip_norm=0.05,
-                    weight_decay=0.01, head={"type": "mos", "num_experts": 2})
-        m.build()
-        w = np.load("%s/w.npz")
-        m.set_weights([w[f"a{i}"] for i in range(len(w.files))])
-        m.compile(optimizer=SGD(3.0))
-        rng = np.random.default_rng(0)
-        x = rng.integers(0, 15, (3, 12)).astype("int32"); y = np.roll(x, -1, 1)
-        logs = [m.train_on_batch(x[:, :6], y[:, :6], return_dict=True),
-                m.train_on_batch(x[:, 6:], y[:, 6:], return_dict=True)]
-        np.savez("%s/out_" + keras.backend.backend() + ".npz", *m.get_weights())
-        print(logs[0]["loss"], logs[1]["loss"], logs[0]["grad_norm"])
-    """ % (tmp_path, tmp_path)
-    run_in_backend("tensorflow", f"""
-        import numpy as np
-        from zoo.awd_lstm import AWDLSTM
-        m = AWDLSTM(15, embed_dim=4, hidden_dim=6, num_layers=2, last_dim=4,
-                    head={{"type": "mos", "num_experts": 2}}); m.build()
-        np.savez("{tmp_path}/w.npz", **{{f"a{{i}}": v for i, v in enumerate(m.get_weights())}})
-    """)
-    tf_out = run_in_backend("tensorflow", code).split()[-3:]
-    jax_out = run_in_backend("jax", code).split()[-3:]
-    np.testing.assert_allclose([float(v) for v in jax_out], [float(v) for v in tf_out],
-                               rtol=1e-5)
-    assert float(tf_out[2]) > 0.05  # the clip was active
-    a = np.load(tmp_path / "out_tensorflow.npz")
-    b = np.load(tmp_path / "out_jax.npz")
-    for key in a.files:
-        np.testing.assert_allclose(b[key], a[key], atol=1e-6, err_msg=key)

@@ -128,11 +128,12 @@ def test_other_backends_drop_and_match_at_inference(backend):
 
 
 def test_torch_fused_kernel_equals_the_portable_loop_with_gradients():
-    # PyTorch runs its fused kernel (tflm.backends.torch_lstm) where Keras would loop in
-    # Python; outputs, final state and gradients (through the DropConnect mask) must match
-    # the layer's own loop with the same dropped matrix.
+    # PyTorch runs its fused kernel (tflm.backends.torch_lstm, public torch.lstm) where
+    # Keras would loop in Python; outputs, final state and gradients (through the
+    # DropConnect mask) must match the portable loop with the same dropped matrix.
     out = run_in_backend("torch", """
         import numpy as np, torch, keras
+        from tflm.backends.lstm_kernels import lstm_window
         from tflm.layers import WeightDropLSTM
         rng = np.random.default_rng(0)
         x = torch.tensor(rng.normal(size=(3, 7, 5)), dtype=torch.float32)
@@ -144,13 +145,12 @@ def test_torch_fused_kernel_equals_the_portable_loop_with_gradients():
         dropped = layer.cell.recurrent_kernel.value * mask
         gaps = []
         grads = []
-        for path in ("fused", "loop"):
+        for path in ("fused", "portable"):
             for v in layer.trainable_variables:
                 v.value.grad = None
-            if path == "fused":
-                last, seq, (h, c) = layer._torch_fused_loop(x, [h0, c0], None, dropped)
-            else:
-                last, seq, (h, c) = layer._portable_loop(x, [h0, c0], None, dropped)
+            window = lstm_window(layer.cell, x, [h0, c0], None, dropped, kernel=path)
+            assert window.kernel == path
+            seq, (h, c) = window.outputs, window.states
             (seq.square().sum() + h.sum() + 2 * c.sum()).backward(retain_graph=True)
             grads.append([v.value.grad.clone() for v in layer.trainable_variables])
             gaps.append(torch.cat([seq.flatten(), h.flatten(), c.flatten()]))
@@ -171,6 +171,7 @@ def test_jax_cudnn_path_for_padded_windows_plumbs_weights_and_lengths():
         import numpy as np, jax.numpy as jnp, keras
         from jax.experimental import rnn
         from tflm.backends import jax_lstm
+        from tflm.backends.lstm_kernels import lstm_window, portable_lstm
         from tflm.layers import WeightDropLSTM
 
         def reference(x, h0, c0, weights, lengths, input_size, hidden_size, num_layers,
@@ -190,13 +191,46 @@ def test_jax_cudnn_path_for_padded_windows_plumbs_weights_and_lengths():
         layer = WeightDropLSTM(4, weight_dropout=0.5, seed=2, return_sequences=True)
         layer.build(x.shape)
         dropped = layer.cell.recurrent_kernel.value * layer.recurrent_kernel_mask()
-        _, seq_a, (h_a, c_a) = layer._jax_cudnn_masked(x, [h0, c0], mask, dropped)
-        _, seq_b, (h_b, c_b) = layer._portable_loop(x, [h0, c0], mask, dropped)
+        fused = lstm_window(layer.cell, x, [h0, c0], mask, dropped, kernel="fused")
+        assert fused.kernel == "fused"
+        _, seq_a, (h_a, c_a) = fused[:3]
+        _, seq_b, (h_b, c_b) = portable_lstm(layer.cell, x, [h0, c0], mask, dropped)
         real = float(jnp.abs(seq_a[:, :6] - seq_b[:, :6]).max())
         state = float(max(jnp.abs(h_a - h_b).max(), jnp.abs(c_a - c_b).max()))
         # the state after the 6 real steps, not after all 8
-        _, _, (h_6, _) = layer._portable_loop(x[:, :6], [h0, c0], None, dropped)
+        _, _, (h_6, _) = portable_lstm(layer.cell, x[:, :6], [h0, c0], None, dropped)
         print(real, state, float(jnp.abs(h_a - h_6).max()))
     """)
     real, state, after_six = map(float, out.split()[-3:])
     assert real < 1e-5 and state < 1e-5 and after_six < 1e-5
+
+
+def test_kernel_choice_follows_use_cudnn_and_is_recorded():
+    # TensorFlow on a CPU has no fused kernel: "auto" runs the portable loop, True refuses.
+    x = np.random.default_rng(5).normal(size=(2, 4, 3)).astype("float32")
+    auto = WeightDropLSTM(5, weight_dropout=0.5, seed=0, return_sequences=True)
+    y = auto(x, training=True)
+    assert auto.last_kernel == "portable"
+    portable = WeightDropLSTM(5, weight_dropout=0.5, seed=0, use_cudnn=False,
+                              return_sequences=True)
+    portable.build(x.shape)
+    portable.set_weights(auto.get_weights())
+    np.testing.assert_array_equal(np.asarray(portable(x, training=True)), np.asarray(y))
+    assert portable.last_kernel == "portable"
+    with pytest.raises(ValueError, match="use_cudnn=True"):
+        WeightDropLSTM(5, use_cudnn=True)(x)
+
+
+def test_torch_picks_its_fused_kernel_unless_told_otherwise():
+    out = run_in_backend("torch", """
+        import numpy as np
+        from tflm.layers import WeightDropLSTM
+        x = np.random.default_rng(0).normal(size=(2, 4, 3)).astype("float32")
+        kernels = []
+        for use_cudnn in ("auto", True, False):
+            layer = WeightDropLSTM(5, weight_dropout=0.5, seed=0, use_cudnn=use_cudnn)
+            layer(x, training=True)
+            kernels.append(layer.last_kernel)
+        print(*kernels)
+    """)
+    assert out.split()[-3:] == ["fused", "fused", "portable"]

@@ -128,7 +128,7 @@ def test_latent_dropout_has_one_mask_per_sequence_and_component(g):
     assert not np.all(dropped == dropped[:, :, :1])                    # differs across components
     kept = np.tanh(g @ np.asarray(layer.latent_kernel) + np.asarray(layer.latent_bias))
     kept = kept.reshape(lat.shape) / 0.5
-    np.testing.assert_allclose(lat[~dropped], kept[~dropped], rtol=1e-5)
+    np.testing.assert_allclose(lat[~dropped], kept[~dropped], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("tied", [True, False])

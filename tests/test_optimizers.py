@@ -6,8 +6,9 @@ import pytest
 import keras
 import tensorflow as tf
 
+from tflm.flooding import flood, flood_sign
 from tflm.optimizers import (SGD, AveragedSGD, averaged_weights, find_averaged_optimizer,
-                             flood, flood_sign, start_finetune)
+                             start_finetune)
 
 C = np.array([1.0, 0.5, 2.0, -0.25], "float32")  # toy quadratic f = 0.5 * sum(C * w^2)
 W0 = np.array([1.0, -2.0, 3.0, 0.5], "float32")

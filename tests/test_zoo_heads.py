@@ -64,7 +64,7 @@ def test_every_preset_builds_and_runs(name):
 
 
 def test_plif_preset_gives_the_slopes_their_own_learning_rate():
-    from zoo.train import make_optimizer
+    from zoo.builders import make_optimizer
     preset = zoo.load_preset("awd_lstm_plif_ptb")
     model = zoo.from_preset("awd_lstm_plif_ptb", vocab_size=V, embed_dim=8, hidden_dim=12,
                             head={"type": "plif", "num_intervals": 20})

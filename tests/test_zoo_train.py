@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import REPO
 from zoo import train
+from zoo.builders import pad_to_multiple
+from zoo.corpora import load_data
 
 TINY = ["--set", "corpus.train_tokens=6000", "--set", "corpus.valid_tokens=1500",
         "--set", "corpus.test_tokens=1500", "--set", "corpus.vocab_size=40",
@@ -49,7 +51,7 @@ def test_main_job_end_to_end(tmp_path, capsys):
     import keras
     from tflm import data
     model = keras.saving.load_model(out / "best.keras")
-    corpus, _ = train.load_data(config["corpus"], None)
+    corpus, _ = load_data(config["corpus"], None)
     ds = data.lm_dataset(corpus.valid, config["training"]["eval_batch_size"], 10, train=False)
     ppl = model.evaluate(ds, verbose=0, return_dict=True)["perplexity"]
     assert ppl == pytest.approx(metrics["valid_perplexity"], rel=1e-5)
@@ -100,10 +102,26 @@ def test_cli_module_runs(tmp_path):
     assert "valid perplexity" in proc.stdout
 
 
-def _cli(args, env=None):
+def _cli(args, kill_after_checkpoint=False):
+    """`python -m zoo.train ARGS` in a fresh process; with `kill_after_checkpoint` the
+    process dies (exit 137, no cleanup, as when killed) right after its first epoch
+    checkpoint is written."""
     import os
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "zoo.train", *args], cwd=REPO, env=env,
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    if not kill_after_checkpoint:
+        return subprocess.run([sys.executable, "-m", "zoo.train", *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=600)
+    code = f"""if True:
+        import os, sys
+        from zoo import checkpoint, train
+        save = checkpoint.save_checkpoint
+        def save_then_die(*args, **kwargs):
+            save(*args, **kwargs)
+            os._exit(137)
+        checkpoint.save_checkpoint = save_then_die
+        sys.exit(train.main({list(args)!r}))
+    """
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -112,8 +130,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
             "--set", "model.weight_dropout=0.3"]
     full = _cli([*args, "--out", str(tmp_path / "full")])
     assert full.returncode == 0, full.stderr[-2000:]
-    killed = _cli([*args, "--out", str(tmp_path / "cut")],
-                  env={"TFLM_FAULT_KILL_AFTER_EPOCH": "1"})
+    killed = _cli([*args, "--out", str(tmp_path / "cut")], kill_after_checkpoint=True)
     assert killed.returncode == 137
     assert not (tmp_path / "cut" / "metrics.json").exists()
     state = json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())
@@ -164,7 +181,7 @@ def test_et_asgd_run_then_finetune(tmp_path, capsys):
     import keras
     from tflm import data
     config = json.loads((out / "config.json").read_text())
-    corpus, _ = train.load_data(config["corpus"], None)
+    corpus, _ = load_data(config["corpus"], None)
     best = keras.saving.load_model(out / "best.keras")
     ds = data.lm_dataset(corpus.valid, config["training"]["eval_batch_size"], 10, train=False)
     best_logged = min(h["val_perplexity"] for h in metrics["history"])
@@ -181,5 +198,5 @@ def test_window_padding_default_follows_the_backend():
     from tflm.data import default_pad_to_multiple
     assert default_pad_to_multiple("jax") == 4
     assert default_pad_to_multiple("tensorflow") == default_pad_to_multiple("torch") == 1
-    assert train.pad_to_multiple({}) == 1  # the tests run on TensorFlow
-    assert train.pad_to_multiple({"pad_to_multiple": 8}) == 8
+    assert pad_to_multiple({}) == 1  # the tests run on TensorFlow
+    assert pad_to_multiple({"pad_to_multiple": 8}) == 8

@@ -1,7 +1,8 @@
 """Output-layer activation functions: logits -> log-probabilities.
 
 Plain functions on `keras.ops` (any backend). Each returns log-probabilities in float32
-(the input is cast to float32 first, DESIGN contract 1) unless `return_probs=True`.
+(the input is cast to float32 first; docs/design.md, contract 1) unless
+`return_probs=True`.
 
     pl_tilde(x; c, k)  = k (x - c) + c - (k - 1) softplus(x - c)          (thesis eq 4.15)
     gss(l; c, k)       = log_softmax(pl_tilde(l; c, k))                   (thesis eq 4.16)

@@ -82,7 +82,7 @@ def lm_dataset_for(strategy, ids, batch_size, bptt, **kwargs):
     [w B / W, (w + 1) B / W). Needs one replica per worker.
     """
     from tflm import data
-    if strategy is None or strategy.num_replicas_in_sync == 1 or not _is_multi_worker(strategy):
+    if strategy is None or strategy.num_replicas_in_sync == 1 or not is_multi_worker(strategy):
         return data.lm_dataset(ids, batch_size, bptt, **kwargs)
     replicas = strategy.num_replicas_in_sync
     if batch_size % replicas:
@@ -101,7 +101,11 @@ def lm_dataset_for(strategy, ids, batch_size, bptt, **kwargs):
     return strategy.distribute_datasets_from_function(make)
 
 
-def _is_multi_worker(strategy):
+def is_multi_worker(strategy):
+    """True when `strategy` is a `MultiWorkerMirroredStrategy` spanning more than one worker
+    (chief and worker tasks of its cluster; one process with TF_CONFIG unset is not)."""
     import tensorflow as tf
-    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-            and strategy.extended._in_multi_worker_mode())
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return False
+    spec = strategy.cluster_resolver.cluster_spec()
+    return sum(spec.num_tasks(job) for job in ("chief", "worker") if job in spec.jobs) > 1

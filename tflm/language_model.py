@@ -5,8 +5,9 @@ import contextlib
 import keras
 from keras import ops
 
-from tflm.backends.stream_state import make_stream_state
-from tflm.backends.train_step import lm_train_step
+from tflm import backends
+from tflm.batch_size import batch_size_of, leading_dim
+from tflm.compat import TokenWindowBuild
 from tflm.losses import token_nll
 from tflm.metrics import Perplexity, TokenMeanNLL
 from tflm.padding import real_position_weights
@@ -19,7 +20,7 @@ class ResetTrainingStreams(keras.callbacks.Callback):
         self.model.reset_stream_states("train")
 
 
-class LanguageModel(keras.Model):
+class LanguageModel(TokenWindowBuild, keras.Model):
     """Base class of recurrent language models trained on contiguous streams.
 
     A subclass defines `state_sizes()` (hidden size of each recurrent layer) and
@@ -29,18 +30,24 @@ class LanguageModel(keras.Model):
 
     - the LSTM state of every stream is carried from one window to the next (per replica),
       without gradient across windows, separately for training and for inference; it is
-      zeroed at the start of every epoch and of every `evaluate` / `predict` (DESIGN
-      contract 3; no `stateful=True`). On JAX the jitted steps are stateless, so the state
-      lives in non-trainable variables of the batch's shape (not weights, not saved), made
-      when fit / evaluate / predict start; each distinct window length compiles the step
-      once, so pad the windows (`lm_dataset(..., pad_to_multiple=4)`): input positions
-      holding `tflm.data.PAD_ID` carry no loss, do not move the state and do not count in
-      T (`tflm.padding`);
-    - the train step (see `tflm.backends.train_step`): loss = token-mean NLL +
+      zeroed at the start of every epoch and of every `evaluate` / `predict`
+      (docs/design.md, contract 3; no `stateful=True`). On JAX the jitted steps are
+      stateless, so the state lives in non-trainable variables of the batch's shape (not
+      weights, not saved), made when fit / evaluate / predict start; each distinct window
+      length compiles the step once, so pad the windows (`lm_dataset(...,
+      pad_to_multiple=4)`): input positions holding `tflm.data.PAD_ID` carry no loss, do
+      not move the state and do not count in T (`tflm.padding`);
+    - the train step (see `tflm.backends.gradients`): loss = token-mean NLL +
       `sum(model.losses)`, global-norm clipping at `clip_norm`, L2 `weight_decay`, gradient
       scaled by window length / `bptt` (the reference's per-window learning rate);
     - metrics over the whole pass: `loss` and `nll` token-weighted means, `perplexity` =
-      exp(total NLL / total tokens), and the last step's gradient norm.
+      exp(total NLL / total tokens), and the last step's gradient norm; with
+      `log_window_values = True` also the window's own `window_loss`, `window_nll` and
+      `window_tokens` in every step's logs (for benchmarks that time single steps).
+
+    Everything that differs between TensorFlow, JAX and PyTorch is behind
+    `tflm.backends.current()`; `traced_steps` counts the Python executions of the train and
+    test steps (the traces under tf.function / jax.jit; every step on PyTorch).
 
     Args:
         bptt: nominal window length for the learning-rate scaling. Default 70.
@@ -71,7 +78,10 @@ class LanguageModel(keras.Model):
         self.scale_by_window = bool(scale_by_window)
         self.flooding_level = None if flooding_level is None else float(flooding_level)
         self.carry_state = bool(carry_state)
+        self.log_window_values = False
+        self.traced_steps = {"train": 0, "test": 0}
         self._streams = None
+        self._passes_running = 0
         self.loss_tracker = TokenMeanNLL(name="loss")
         self.nll_tracker = TokenMeanNLL(name="nll")
         self.perplexity_tracker = Perplexity(name="perplexity")
@@ -85,15 +95,21 @@ class LanguageModel(keras.Model):
         raise NotImplementedError
 
     # ---- stream state ------------------------------------------------------------------
-    def _stream_store(self, training):
+    def stream_state(self, training):
+        """The store (`tflm.backends.streams`) of the training or the inference streams."""
         if self._streams is None:
-            self._streams = {"train": make_stream_state(self.state_sizes()),
-                             "eval": make_stream_state(self.state_sizes())}
+            backend = backends.current()
+            self._streams = {"train": backend.make_stream_state(self.state_sizes()),
+                             "eval": backend.make_stream_state(self.state_sizes())}
         return self._streams["train" if training else "eval"]
+
+    def stream_states(self):
+        """The stores made so far, training first (none before the first call or pass)."""
+        return [] if self._streams is None else [self._streams["train"], self._streams["eval"]]
 
     def create_stream_states(self):
         """Create the state stores now (call under `strategy.scope()` when distributed)."""
-        self._stream_store(True)
+        self.stream_state(True)
 
     def reset_stream_states(self, which="all"):
         """Zero the carried state: "train", "eval" or "all"."""
@@ -102,64 +118,22 @@ class LanguageModel(keras.Model):
         for name in (("train", "eval") if which == "all" else (which,)):
             self._streams[name].reset()
 
-    # ---- JAX: the carried state is non-trainable variables of a fixed batch shape ------
     @property
     def variables(self):
-        variables = super().variables
-        if self._streams is not None and keras.backend.backend() == "jax":
-            for name in ("train", "eval"):
-                variables = variables + self._streams[name].variables()
-        return variables
+        # JAX carries the stream state through its jitted steps as non-trainable variables
+        # (not weights: not saved); other backends list none here.
+        return super().variables + backends.current().carried_variables(self)
 
-    def _ensure_jax_streams(self, training, batch_size):
-        """Create the JAX state variables for `batch_size` streams (outside jit)."""
-        if keras.backend.backend() != "jax" or not self.carry_state or batch_size is None:
-            return
-        if getattr(self, "_jax_state", None) and not getattr(self, "_jax_state_synced", True):
-            return  # a training loop holds the live state; the variable list must not change
-        self._stream_store(training).ensure(int(batch_size))
-
-    def _prepare_tf_streams(self, training, batch_size):
-        """TensorFlow: build the model and create the stores before the step is traced
-        (variables made inside the first trace make tf.function trace it twice) and size
-        them for `batch_size` global rows outside any compiled step (XLA cannot resize a
-        variable)."""
-        if keras.backend.backend() != "tensorflow":
-            return
-        strategy = self._distribute_strategy
-        with (strategy.scope() if strategy is not None else contextlib.nullcontext()):
-            if not self.built and type(self).build is not keras.Model.build:
-                self.build((None, None))  # a subclass that builds itself from token shape
-            if not self.carry_state:
-                return
-            store = self._stream_store(training)
-        replicas = 1 if strategy is None else strategy.num_replicas_in_sync
-        if batch_size is not None and batch_size % replicas == 0:
-            store.ensure(batch_size // replicas)
-
-    def _symbolic_build(self, iterator=None, data_batch=None):
-        # JAX fit / evaluate / train_on_batch / test_on_batch pass here with the data before
-        # the jitted step fetches the variable state: make the stream variables now.
-        mode = getattr(self, "_jax_stream_mode", None)
-        if keras.backend.backend() == "jax" and self.carry_state and mode is not None:
-            if data_batch is None and iterator is not None:
-                for _, _, data_or_iterator in iterator:
-                    if isinstance(data_or_iterator, (list, tuple)):
-                        data_batch = data_or_iterator[0]
-                    else:
-                        data_batch = next(data_or_iterator)
-                    break
-            if data_batch is not None:
-                from keras.src.trainers.data_adapters import data_adapter_utils
-                x, _, _ = data_adapter_utils.unpack_x_y_sample_weight(data_batch)
-                self._ensure_jax_streams(mode == "train", _leading_dim(x))
-        return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
+    def build_under_strategy(self):
+        """Called by Keras' TensorFlow trainer before tracing (`tflm.compat.TokenWindowBuild`):
+        builds the model and optimizer under a distribution strategy; True when it did."""
+        return backends.current().build_under_strategy(self)
 
     def call(self, tokens, training=False):
         if not self.carry_state:
             log_probs, _ = self.forward_with_state(tokens, None, training=training)
             return log_probs
-        store = self._stream_store(training)
+        store = self.stream_state(training)
         states = store.read(ops.shape(tokens)[0], self.compute_dtype)
         log_probs, new_states = self.forward_with_state(tokens, states, training=training)
         store.write(new_states)
@@ -195,19 +169,10 @@ class LanguageModel(keras.Model):
         if grad_norm is not None:
             self.grad_norm_tracker.update_state(grad_norm)
             logs["grad_norm"] = self.grad_norm_tracker.result()
-        if self._multi_worker():
-            # Keras reduces per-step logs with reduce(MEAN, axis=0) across workers, which
-            # needs at least one dimension; the epoch logs come from the metrics themselves.
-            logs = {k: ops.reshape(v, (1,)) for k, v in logs.items()}
-        return logs
-
-    def _multi_worker(self):
-        strategy = getattr(self, "_distribute_strategy", None)
-        if strategy is None or keras.backend.backend() != "tensorflow":
-            return False
-        import tensorflow as tf
-        return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-                and strategy.extended._in_multi_worker_mode())
+        if self.log_window_values:
+            logs.update(window_loss=loss, window_nll=nll_sum / ops.maximum(tokens, 1.0),
+                        window_tokens=tokens)
+        return backends.current().step_logs(self, logs)
 
     @property
     def metrics(self):
@@ -230,80 +195,72 @@ class LanguageModel(keras.Model):
 
     def train_step(self, *args):
         # TensorFlow / PyTorch: train_step(data); JAX: train_step(state, data), stateless.
-        return lm_train_step(self, *args)
+        self.traced_steps["train"] += 1
+        return backends.current().train_step(self, *args)
 
     def test_step(self, *args):
-        if keras.backend.backend() == "jax":
-            from tflm.backends.jax_step import jax_test_step
-            return jax_test_step(self, *args)
-        (data,) = args
-        from keras.src.trainers.data_adapters import data_adapter_utils
-        x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
-        log_probs = self(x, training=False)
-        loss, nll_sum, tokens = self.compute_lm_loss(y, log_probs, sample_weight, inputs=x)
-        logs = self.update_lm_metrics(loss, nll_sum, tokens)
-        return logs
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Keras (TF trainer) builds a distributed model by all-reducing a sample batch across
-        # replicas, which fails for integer token windows under MultiWorkerMirroredStrategy.
-        # A language model builds itself from a dummy window instead; then only the optimizer
-        # is left to build, under the strategy's scope.
-        if keras.backend.backend() != "tensorflow" or self._distribute_strategy is None:
-            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-        with self.distribute_strategy.scope():
-            if not self.built:
-                self.build()
-            self._symbolic_build(data_batch=None)
+        self.traced_steps["test"] += 1
+        return backends.current().test_step(self, *args)
 
     # ---- passes over a split start from zero state --------------------------------------
-    def fit(self, *args, callbacks=None, **kwargs):
+    @contextlib.contextmanager
+    def _pass(self, training, data, batch_size=None):
+        """Prepare the carried state for a pass over `data`; yields the data to pass on (a
+        generator whose first batch was read to learn the batch size comes back whole)."""
+        data = self._prepare_pass(training, data, batch_size)
+        self._passes_running += 1
+        try:
+            yield data
+        finally:
+            self._passes_running -= 1
+
+    def _prepare_pass(self, training, data, batch_size=None):
+        backend = backends.current()
+        nested = self._passes_running > 0  # e.g. validation inside fit: never peek again
+        size, data = batch_size_of(data, batch_size,
+                                   peek=backend.requires_batch_size and not nested)
+        backend.prepare_pass(self, training, size, nested=nested)
+        return data
+
+    def fit(self, x=None, y=None, batch_size=None, *args, callbacks=None,
+            validation_data=None, **kwargs):
         kwargs.setdefault("shuffle", False)  # windows must stay in stream order
         callbacks = list(callbacks or [])
         if not any(isinstance(c, ResetTrainingStreams) for c in callbacks):
             callbacks.append(ResetTrainingStreams())
-        self._prepare_tf_streams(True, _data_batch_size(args, kwargs))
-        with self._jax_stream_scope("train"):
-            return super().fit(*args, callbacks=callbacks, **kwargs)
+        if validation_data is not None and self._passes_running == 0:
+            # Size the evaluation state now: JAX must not add variables inside fit.
+            val_batch = kwargs.get("validation_batch_size") or batch_size
+            if isinstance(validation_data, (tuple, list)):
+                validation_data = (self._prepare_pass(False, validation_data[0], val_batch),
+                                   *validation_data[1:])
+            else:
+                validation_data = self._prepare_pass(False, validation_data, val_batch)
+        with self._pass(True, x, batch_size) as x:
+            return super().fit(x, y, batch_size, *args, callbacks=callbacks,
+                               validation_data=validation_data, **kwargs)
 
-    def evaluate(self, *args, **kwargs):
-        self._prepare_tf_streams(False, _data_batch_size(args, kwargs))
-        self.reset_stream_states("eval")
-        with self._jax_stream_scope("eval"):
-            return super().evaluate(*args, **kwargs)
+    def evaluate(self, x=None, y=None, batch_size=None, *args, **kwargs):
+        with self._pass(False, x, batch_size) as x:
+            self.reset_stream_states("eval")
+            return super().evaluate(x, y, batch_size, *args, **kwargs)
 
     def predict(self, x, batch_size=None, *args, **kwargs):
-        self._prepare_tf_streams(False, _predict_batch_size(x, batch_size))
-        self.reset_stream_states("eval")
-        if keras.backend.backend() == "jax":
-            self._ensure_jax_streams(False, _predict_batch_size(x, batch_size))
-        return super().predict(x, batch_size, *args, **kwargs)
+        with self._pass(False, x, batch_size) as x:
+            self.reset_stream_states("eval")
+            return super().predict(x, batch_size, *args, **kwargs)
 
     def train_on_batch(self, x, *args, **kwargs):
-        self._prepare_tf_streams(True, _leading_dim(x))
-        with self._jax_stream_scope("train"):
-            return super().train_on_batch(x, *args, **kwargs)
+        backends.current().prepare_pass(self, True, leading_dim(x))
+        return super().train_on_batch(x, *args, **kwargs)
 
     def test_on_batch(self, x, *args, **kwargs):
-        self._prepare_tf_streams(False, _leading_dim(x))
-        with self._jax_stream_scope("eval"):
-            return super().test_on_batch(x, *args, **kwargs)
+        backends.current().prepare_pass(self, False, leading_dim(x))
+        return super().test_on_batch(x, *args, **kwargs)
 
     def predict_on_batch(self, x):
-        self._prepare_tf_streams(False, _leading_dim(x))
-        if keras.backend.backend() == "jax":
-            self._ensure_jax_streams(False, _leading_dim(x))
+        backends.current().prepare_pass(self, False, leading_dim(x))
         return super().predict_on_batch(x)
-
-    @contextlib.contextmanager
-    def _jax_stream_scope(self, mode):
-        """While fit / evaluate / *_on_batch runs, tell `_symbolic_build` which store."""
-        previous = getattr(self, "_jax_stream_mode", None)
-        self._jax_stream_mode = mode
-        try:
-            yield
-        finally:
-            self._jax_stream_mode = previous
 
     def get_config(self):
         config = super().get_config()
@@ -312,36 +269,3 @@ class LanguageModel(keras.Model):
                       flooding_level=self.flooding_level)
         return config
 
-
-def _leading_dim(x):
-    """The static batch size of the first input tensor, or None."""
-    from keras import tree
-    for item in tree.flatten(x):
-        shape = getattr(item, "shape", None)
-        if shape is not None and len(shape) and shape[0] is not None:
-            return int(shape[0])
-    return None
-
-
-def _data_batch_size(args, kwargs):
-    """Rows per batch of fit / evaluate's `x` (positional or keyword), or None."""
-    x = args[0] if args else kwargs.get("x")
-    batch_size = args[2] if len(args) > 2 else kwargs.get("batch_size")
-    if x is None or type(x).__name__.startswith("Distributed"):
-        return None  # distributed datasets: per-replica rows are the strategy's business
-    try:
-        return _predict_batch_size(x, batch_size)
-    except (TypeError, ValueError, AttributeError):
-        return None
-
-
-def _predict_batch_size(x, batch_size):
-    """Batch size `predict` will use: arrays are cut in `batch_size` (32) rows, a
-    tf.data.Dataset gives its element spec; None when unknown."""
-    spec = getattr(x, "element_spec", None)
-    if spec is not None:
-        return _leading_dim(spec)
-    n = _leading_dim(x)
-    if n is None:
-        return None
-    return min(n, int(batch_size or 32))

@@ -32,7 +32,7 @@ import math
 import keras
 from keras import ops
 
-from tflm.flooding import flood, flood_sign  # noqa: F401  (public as tflm.optimizers.flood)
+from tflm import compat
 
 
 def _as_float_lr(learning_rate):
@@ -67,6 +67,14 @@ def _check_multipliers(multipliers):
                              f">= 0; got {multipliers[key]!r}.")
         out[key] = value
     return out
+
+
+class _Untracked:
+    """A list kept out of the optimizer's variable tracking (a list attribute of model
+    variables would add them to `optimizer.variables`)."""
+
+    def __init__(self, items):
+        self.items = list(items)
 
 
 def _variable_path(variable):
@@ -129,20 +137,22 @@ class SGD(keras.optimizers.Optimizer):
         super().__init__(learning_rate=_as_float_lr(learning_rate), name=name, **kwargs)
         self.learning_rate_multipliers = _check_multipliers(learning_rate_multipliers)
         self._multipliers = []
+        self._built_on = _Untracked([])
 
     def build(self, variables):
         if self.built:
             return
         super().build(variables)
+        self._built_on = _Untracked(variables)
         self._multipliers = resolve_multipliers(self.learning_rate_multipliers, variables)
 
     def multiplier_of(self, variable):
         """The learning-rate multiplier the built optimizer uses for `variable`."""
-        return self._multipliers[self._get_variable_index(variable)]
+        return self._multipliers[compat.optimizer_variable_index(self, variable)]
 
     def _sgd_step(self, gradient, variable, learning_rate):
         learning_rate = ops.cast(learning_rate, variable.dtype)
-        multiplier = self._multipliers[self._get_variable_index(variable)]
+        multiplier = self._multipliers[compat.optimizer_variable_index(self, variable)]
         if multiplier != 1.0:
             learning_rate = ops.multiply(learning_rate, ops.cast(multiplier, variable.dtype))
         gradient = ops.cast(gradient, variable.dtype)
@@ -219,10 +229,10 @@ class AveragedSGD(SGD):
                              f"got {start_averaging!r}.")
         start = -1 if start_averaging is None else int(start_averaging)
         self._averaging_start = self.add_variable(
-            shape=(), dtype=self._iterations.dtype, name="averaging_start",
+            shape=(), dtype=self.iterations.dtype, name="averaging_start",
             initializer=keras.initializers.Constant(start), aggregation="only_first_replica")
         self._average_count = self.add_variable(
-            shape=(), dtype=self._iterations.dtype, name="average_count",
+            shape=(), dtype=self.iterations.dtype, name="average_count",
             initializer="zeros", aggregation="only_first_replica")
         self._averages = []
         self._average_loaded = False
@@ -237,11 +247,11 @@ class AveragedSGD(SGD):
     def _averaging_active(self):
         start = ops.convert_to_tensor(self._averaging_start)
         return ops.logical_and(ops.greater_equal(start, 0),
-                               ops.greater_equal(ops.convert_to_tensor(self._iterations), start))
+                               ops.greater_equal(ops.convert_to_tensor(self.iterations), start))
 
     def update_step(self, gradient, variable, learning_rate):
         self._sgd_step(gradient, variable, learning_rate)
-        average = self._averages[self._get_variable_index(variable)]
+        average = self._averages[compat.optimizer_variable_index(self, variable)]
         if average is None:
             return
         k = ops.convert_to_tensor(self._average_count)  # averaged steps before this one
@@ -271,7 +281,7 @@ class AveragedSGD(SGD):
     def is_averaging(self):
         """True once the steps being taken enter the average."""
         start = self.start_iteration
-        return start is not None and int(ops.convert_to_numpy(self._iterations)) >= start
+        return start is not None and int(ops.convert_to_numpy(self.iterations)) >= start
 
     @property
     def average_count(self):
@@ -289,7 +299,7 @@ class AveragedSGD(SGD):
         return list(self._averages)
 
     def _copy_weights_into_averages(self):
-        for variable, average in zip(self._trainable_variables, self._averages):
+        for variable, average in zip(self._built_on.items, self._averages):
             if average is not None:
                 average.assign(variable)
 
@@ -306,7 +316,7 @@ class AveragedSGD(SGD):
         if self._average_loaded:
             raise RuntimeError("cannot restart averaging while the averaged weights are "
                                "loaded into the model; leave `averaged_weights` first.")
-        self._averaging_start.assign(ops.cast(self._iterations, self._averaging_start.dtype))
+        self._averaging_start.assign(ops.cast(self.iterations, self._averaging_start.dtype))
         self._average_count.assign(ops.zeros((), self._average_count.dtype))
         if self.built:
             self._copy_weights_into_averages()
@@ -315,14 +325,16 @@ class AveragedSGD(SGD):
         """Back to plain SGD (the average is kept but no longer updated or swapped in)."""
         self._averaging_start.assign(ops.cast(-1, self._averaging_start.dtype))
 
-    def _pairs(self, variables=None):
+    def averaged_pairs(self, variables=None):
+        """(model variable, its average) for `variables` (default: all it was built on)."""
         if not self.built:
             raise ValueError("the optimizer is not built yet (no training step taken); "
                              "call optimizer.build(model.trainable_variables) first.")
         if variables is None:
-            pairs = zip(self._trainable_variables, self._averages)
+            pairs = zip(self._built_on.items, self._averages)
         else:
-            pairs = [(v, self._averages[self._get_variable_index(v)]) for v in variables]
+            pairs = [(v, self._averages[compat.optimizer_variable_index(self, v)])
+                     for v in variables]
         return [(v, a) for v, a in pairs if a is not None]
 
     def swap_average_weights(self, variables=None):
@@ -335,7 +347,7 @@ class AveragedSGD(SGD):
         Args:
             variables: the model variables to swap (default: all it was built on).
         """
-        for variable, average in self._pairs(variables):
+        for variable, average in self.averaged_pairs(variables):
             raw = ops.copy(ops.convert_to_tensor(variable))
             variable.assign(ops.convert_to_tensor(average))
             average.assign(raw)
@@ -346,7 +358,7 @@ class AveragedSGD(SGD):
         already loaded. Prefer the `averaged_weights(model)` context manager."""
         if self._average_loaded or not self.has_average:
             return None
-        pairs = self._pairs()
+        pairs = self.averaged_pairs()
         backup = [ops.copy(ops.convert_to_tensor(v)) for v, _ in pairs]
         for variable, average in pairs:
             variable.assign(ops.convert_to_tensor(average))
@@ -357,7 +369,7 @@ class AveragedSGD(SGD):
         """Put back the raw weights returned by `load_average_weights` (bit for bit)."""
         if backup is None:
             return
-        for (variable, _), raw in zip(self._pairs(), backup):
+        for (variable, _), raw in zip(self.averaged_pairs(), backup):
             variable.assign(raw)
         self._average_loaded = False
 
@@ -423,7 +435,7 @@ def start_finetune(model):
     if not opt.built:
         opt.build(model.trainable_variables)
     if opt.has_average:
-        for variable, average in opt._pairs():
+        for variable, average in opt.averaged_pairs():
             variable.assign(ops.convert_to_tensor(average))
     opt.restart_averaging()
     return opt

@@ -17,7 +17,7 @@ backends keep the mask-free kernels (PyTorch's cuDNN LSTM takes no mask).
 
 from keras import ops
 
-from tflm.backends.tracing import is_concrete
+from tflm import backends
 from tflm.data.batching import PAD_ID
 
 
@@ -27,17 +27,9 @@ def padding_mask(tokens):
     Traced tokens (a TensorFlow graph, JAX under `jit`) always get a mask: the values are
     not known when the program is built."""
     mask = ops.not_equal(tokens, PAD_ID)
-    if is_concrete(tokens) and bool(ops.convert_to_numpy(ops.all(mask))):
+    if backends.current().is_concrete(tokens) and bool(ops.convert_to_numpy(ops.all(mask))):
         return None
     return mask
-
-
-def forget_keras_mask(tensor):
-    """Drop the Keras mask a masked layer attached to `tensor` (the model applies the mask
-    itself; left on, layers without mask support warn that they destroy it)."""
-    from keras.src.backend.common.masking import set_keras_mask
-    set_keras_mask(tensor, None)
-    return tensor
 
 
 def without_padding(tokens):

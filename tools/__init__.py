@@ -2,6 +2,7 @@
 
 Modules are imported on demand; nothing heavy is imported here.
 
+- ``tools.qmatrix``: export Q_theta of a trained model, streamed to disk.
 - ``tools.qmatrix_io``: open and validate a log-probability matrix Q_theta (``.npy``).
 - ``tools.spectrum``: exact singular values (LAPACK, streamed TSQR) and a labelled
   approximate randomized variant.
@@ -10,4 +11,7 @@ Modules are imported on demand; nothing heavy is imported here.
 - ``tools.divergence``: expected pairwise KL between next-word distributions, top-k tables.
 - ``tools.stats``: two-sided Wilcoxon rank-sum test over seeds.
 - ``tools.noise_robustness``: Press-rank robustness experiments (thesis §5.5, §5.6).
+- ``tools.bottleneck_demo``: the softmax bottleneck on a synthetic language.
+- ``tools/compare_frameworks.py``: the entry point of the framework comparison, whose
+  harness is ``bench.frameworks`` (run it as a script).
 """

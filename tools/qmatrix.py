@@ -5,7 +5,7 @@
 Row i is the model's next-word distribution after reading the split's first i + 1 tokens,
 each row conditioned on the whole preceding text (batch-1 semantics: one stream, LSTM state
 carried across windows, evaluation mode), exactly what the model's output layer returns (one
-code path for training, evaluation and export; DESIGN contract 1). Rows go straight into a
+code path for training, evaluation and export; docs/design.md, contract 1). Rows go straight into a
 memory-mapped `.npy` file, so memory stays at a few windows whatever the split size.
 
 A JSON sidecar (`<out>.json`) records the model, split, shape, dtype and head, and the
@@ -122,13 +122,10 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float16", "float32", "float64"])
     p.add_argument("--bptt", type=int, default=70)
     args = p.parse_args(argv)
-    import keras
-
-    import tflm  # noqa: F401  (registers the layers)
-    import zoo  # noqa: F401
     from tflm.data import CorpusNotFoundError
+    from zoo.saving import load_model
     try:
-        model = keras.saving.load_model(args.model)
+        model = load_model(args.model)
         corpus = _corpus_for(args.corpus, args.data_dir, args.model)
         meta = export_q(model, corpus, args.split, args.out, max_rows=args.max_rows,
                         dtype=args.dtype, bptt=args.bptt, progress=True)
@@ -143,7 +140,7 @@ def _corpus_for(name, data_dir, model_path):
     """A corpus by name/dir; "run" = the synthetic corpus of the run that made the model."""
     from tflm.data import load_corpus
     if name == "run":
-        from zoo.train import load_data
+        from zoo.corpora import load_data
         config = json.loads((pathlib.Path(model_path).parent / "config.json").read_text())
         return load_data(config["corpus"], data_dir)[0]
     return load_corpus(name, data_dir=data_dir)

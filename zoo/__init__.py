@@ -1,5 +1,39 @@
-"""Ready models and presets built from tflm: `zoo.AWDLSTM`, `zoo.from_preset`, `zoo.train`."""
+"""Ready models and presets built from tflm.
 
-from zoo.awd_lstm import AWDLSTM
-from zoo.heads import head_names, make_head
-from zoo.presets import from_preset, list_presets, load_preset
+    zoo.AWDLSTMBackbone   embedding + weight-dropped LSTMs -> every layer's hidden states
+    zoo.AWDLSTM           the language model: backbone + output head (a `tflm.LanguageModel`)
+    zoo.from_preset(name) the model of a preset; zoo.list_presets(), zoo.load_preset(name)
+    zoo.make_head(spec)   an output head by name; zoo.head_names()
+    zoo.load_model(path)  a saved zoo model (.keras)
+
+`python -m zoo.train` trains a preset. `import zoo` is cheap: the names above import Keras
+and the model code when first used (so load saved models with `zoo.load_model`, or after
+using any of them: `keras.saving.load_model` needs zoo's classes registered).
+"""
+
+import importlib
+
+_EXPORTS = {
+    "AWDLSTM": "zoo.awd_lstm",
+    "AWDLSTMBackbone": "zoo.backbone",
+    "head_names": "zoo.heads",
+    "make_head": "zoo.heads",
+    "from_preset": "zoo.presets",
+    "list_presets": "zoo.presets",
+    "load_preset": "zoo.presets",
+    "load_model": "zoo.saving",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'zoo' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

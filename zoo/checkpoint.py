@@ -79,7 +79,7 @@ def read_state(run_dir):
 
 def load_checkpoint(run_dir, expected_fingerprint):
     """(model, state) from RUN_DIR's checkpoint, after checking it fits this configuration."""
-    import keras
+    from zoo.saving import load_model
 
     state = read_state(run_dir)
     if state.get("fingerprint") != expected_fingerprint:
@@ -88,7 +88,7 @@ def load_checkpoint(run_dir, expected_fingerprint):
             "than its config.json now describes; resume with the original configuration.")
     directory = pathlib.Path(run_dir) / "checkpoint"
     try:
-        model = keras.saving.load_model(directory / "model.keras")
+        model = load_model(directory / "model.keras")
         rng = np.load(directory / "rng.npz")
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same user problem
         raise CheckpointError(f"cannot read the checkpoint in {directory}: {err}") from err

@@ -2,13 +2,10 @@
 
 import json
 
+from zoo.errors import ConfigError
 from zoo.presets import load_preset
 
 SECTIONS = ("corpus", "model", "training")
-
-
-class ConfigError(ValueError):
-    """A configuration value or override the user has to fix."""
 
 
 def parse_value(text):

@@ -1,11 +1,41 @@
-"""Backend-specific pieces of the language-model machinery (DESIGN contract 6).
+"""The one seam between tflm's language-model machinery and a Keras backend.
 
-Layers never import a backend; the few things Keras 3 does not abstract live here:
-where the per-stream LSTM state is kept between BPTT windows (`stream_state`), and the
-language-model train step (`train_step`), one implementation per backend."""
+Everything that differs between TensorFlow, JAX and PyTorch lives in this folder, behind
+the small interface of `tflm.backends.base.Backend` (docs/design.md, contract 6):
+
+    base.py                 the interface, and the defaults eager backends share
+    gradients.py            the gradient logic every train step shares (clip, L2, T/bptt, ...)
+    streams.py              the Python-held state between windows (eager backends)
+    tensorflow_backend.py   TensorFlow: graph step with replica all-reduce   (+ _streams.py)
+    jax_backend.py          JAX: stateless jitted steps                      (+ _streams.py)
+    torch_backend.py        PyTorch: eager step
+    lstm_kernels.py         which LSTM kernel runs a window: fused (cuDNN) or portable
+    torch_lstm.py, jax_lstm.py   the fused kernels Keras does not offer
+
+`current()` returns the object of the running Keras backend. Importing this package
+imports no framework; each backend module is imported when first asked for.
+"""
+
+import importlib
 
 import keras
 
+_CLASSES = {
+    "tensorflow": ("tflm.backends.tensorflow_backend", "TensorFlowBackend"),
+    "jax": ("tflm.backends.jax_backend", "JaxBackend"),
+    "torch": ("tflm.backends.torch_backend", "TorchBackend"),
+}
+_INSTANCES = {}
 
-def backend_name():
-    return keras.backend.backend()
+
+def current():
+    """The `Backend` object of `keras.backend.backend()` (one per process and backend)."""
+    name = keras.backend.backend()
+    if name not in _INSTANCES:
+        if name in _CLASSES:
+            module, cls = _CLASSES[name]
+            _INSTANCES[name] = getattr(importlib.import_module(module), cls)()
+        else:
+            from tflm.backends.base import Backend
+            _INSTANCES[name] = Backend()
+    return _INSTANCES[name]

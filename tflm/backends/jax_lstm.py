@@ -23,7 +23,8 @@ def _cudnn_lstm():
 
 def cudnn_lstm_with_lengths(inputs, initial_h, initial_c, kernel, recurrent_kernel, bias,
                             mask, return_sequences=True):
-    """(last output, outputs, [h, c]) as `keras.src.backend.lstm` returns them.
+    """(last output, outputs, [h, c]), as Keras' fused LSTM (`tflm.compat.fused_lstm`)
+    returns them.
 
     Raises `NotImplementedError` off a GPU or when cuDNN refuses the call (the caller then
     runs the masked loop)."""

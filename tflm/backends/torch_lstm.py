@@ -1,9 +1,9 @@
 """PyTorch's fused LSTM kernel for Keras-layout weights, on any device.
 
-Keras' PyTorch backend calls `torch._VF.lstm` (cuDNN) only on a GPU; on a CPU it runs a
-Python loop with autograd per time step. The same `torch._VF.lstm` call runs on a CPU too
-(one oneDNN kernel for the whole window, forward and backward), which is what `torch.nn.LSTM`
-and the native reference use:
+Keras' PyTorch backend calls PyTorch's fused LSTM (cuDNN) only on a GPU; on a CPU it runs
+a Python loop with autograd per time step. The same fused op, public as `torch.lstm` (what
+`torch.nn.LSTM` calls), runs on a CPU too (one oneDNN kernel for the whole window, forward
+and backward), which is what the native reference uses:
 
     W_ih = kernel^T (4n, in),  W_hh = U~^T (4n, n),  b_ih = b,  b_hh = 0     gates i, f, c, o
 
@@ -14,7 +14,8 @@ matrix and `bias` through the transposes, so DropConnect's mask still applies to
 
 def fused_lstm(inputs, initial_h, initial_c, kernel, recurrent_kernel, bias,
                return_sequences=True):
-    """(last output, outputs, [h, c]) as `keras.src.backend.lstm` returns them.
+    """(last output, outputs, [h, c]), as Keras' fused LSTM (`tflm.compat.fused_lstm`)
+    returns them.
 
     Args:
         inputs: `(batch, time, in)` torch tensor.
@@ -32,7 +33,7 @@ def fused_lstm(inputs, initial_h, initial_c, kernel, recurrent_kernel, bias,
         bias = torch.zeros(four_n, dtype=dtype, device=inputs.device)
     params = [kernel.T.contiguous(), recurrent_kernel.T.contiguous(), bias.to(dtype),
               torch.zeros(four_n, dtype=dtype, device=inputs.device)]
-    outputs, h, c = torch._VF.lstm(
+    outputs, h, c = torch.lstm(
         inputs, (initial_h.to(dtype)[None], initial_c.to(dtype)[None]), params,
         True,                      # has_biases
         1,                         # num_layers

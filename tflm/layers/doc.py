@@ -96,7 +96,6 @@ class DOCLayer(LogProbHead):
                  latent_dim=None, latent_dropout=0.0, cv_regularization=0.001, seed=None,
                  **kwargs):
         super().__init__(embedding=embedding, vocab_size=vocab_size, **kwargs)
-        self.supports_masking = True  # takes the mask of real positions; passes none on
         counts = num_components_per_layer
         if isinstance(counts, (int, np.integer)):
             counts = [counts]
@@ -193,9 +192,6 @@ class DOCLayer(LogProbHead):
             self.add_loss(self.cv_regularization
                           * prior_cv_squared(ops.softmax(prior_logits, axis=-1), mask))
         return mixture_log_probs(logits, log_prior)
-
-    def compute_mask(self, inputs, mask=None):
-        return None
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[-1][:-1]) + (self.vocab_size,)

@@ -25,7 +25,7 @@ class LockedDropout(keras.layers.Layer):
         rate: drop probability p in [0, 1). Default 0.5.
         seed: int seed for the layer's `SeedGenerator`.
 
-    Input shape: `(batch, time, ...)`. Output shape: the same.
+    Input shape: `(batch, time, ...)`. Output shape: the same (with the input's Keras mask).
 
     Reference: Gal & Ghahramani 2016; Merity et al. 2018 (AWD-LSTM, "LockedDropout").
     """
@@ -35,6 +35,7 @@ class LockedDropout(keras.layers.Layer):
         self.rate = _check_rate("LockedDropout", rate)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
+        self.supports_masking = True  # a Keras mask passes through, as keras.layers.Dropout
 
     def call(self, x, training=False):
         if not training or self.rate == 0.0:

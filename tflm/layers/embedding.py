@@ -14,8 +14,7 @@ class TiedEmbedding(keras.layers.Layer):
         logits = h E^T + b,   E in R^{V x d}, b in R^V (zero-initialized)
 
     Output layers take this layer as their `embedding` argument (weight tying is explicit,
-    DESIGN contract 2). When `call` is given `dropout_mask` (shape (V, 1), from
-    `EmbeddingDropout.row_mask`) the rows are scaled by it before the lookup.
+    docs/design.md, contract 2).
 
     Args:
         vocab_size: number of tokens V.
@@ -60,12 +59,9 @@ class TiedEmbedding(keras.layers.Layer):
                 shape=(self.vocab_size,), name="output_bias", initializer="zeros")
         self.built = True
 
-    def call(self, ids, dropout_mask=None):
+    def call(self, ids):
         ids = ops.cast(ids, "int32")
-        table = ops.cast(self.embeddings, self.compute_dtype)
-        if dropout_mask is not None:
-            table = table * ops.cast(dropout_mask, self.compute_dtype)
-        return ops.take(table, ids, axis=0)
+        return ops.take(ops.cast(self.embeddings, self.compute_dtype), ids, axis=0)
 
     def reverse(self, h):
         """Logits h E^T + b, in the dtype of `h`."""

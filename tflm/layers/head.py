@@ -16,7 +16,7 @@ def tanh_components(x, kernel, bias, num_components, units):
 
 
 class LogProbHead(keras.layers.Layer):
-    """Base class of every output head (DESIGN contract 1 and 2).
+    """Base class of every output head (docs/design.md, contracts 1 and 2).
 
     A head maps context vectors `h` of shape `(batch, time, d)` to log-probabilities of shape
     `(batch, time, V)`, always float32 (even under mixed precision), with
@@ -25,6 +25,8 @@ class LogProbHead(keras.layers.Layer):
     (pass `vocab_size`; the head owns a `(d, V)` kernel and a bias).
 
     Subclasses implement `call(h, training=False)` and use `self.project(h)` for logits.
+    A head takes inputs that carry a Keras mask (padded windows) and passes no mask on: the
+    language model weights the positions itself.
 
     Args:
         embedding: a `TiedEmbedding` to share weights with, or None.
@@ -34,6 +36,7 @@ class LogProbHead(keras.layers.Layer):
 
     def __init__(self, embedding=None, vocab_size=None, **kwargs):
         super().__init__(**kwargs)
+        self.supports_masking = True
         if isinstance(embedding, dict):
             embedding = keras.saving.deserialize_keras_object(embedding)
         if embedding is not None and not isinstance(embedding, TiedEmbedding):
@@ -77,6 +80,9 @@ class LogProbHead(keras.layers.Layer):
         if self.tied:
             return self.embedding.reverse(h)
         return ops.matmul(h, ops.cast(self.kernel, h.dtype)) + ops.cast(self.bias, h.dtype)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.vocab_size,)

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from tflm import compat
 from tflm.layers.head import LogProbHead
 
 # softplus(LOG_E_MINUS_1) == 1: slopes start at 1 (f ~ identity + constant).
@@ -204,10 +205,8 @@ def learning_rate_multipliers(model):
     >>> model.compile(optimizer=tflm.optimizers.SGD(20.0, learning_rate_multipliers=multipliers
     ...                                              or None), loss=tflm.losses.NLL())
     """
-    layers = (model._flatten_layers(include_self=True, recursive=True)
-              if hasattr(model, "_flatten_layers") else [model])
     out = {}
-    for layer in layers:
+    for layer in compat.nested_layers(model):
         mult = getattr(layer, "learning_rate_multiplier", None)
         if mult is None:
             continue

@@ -9,6 +9,8 @@ import copy
 import json
 import pathlib
 
+from zoo.errors import ConfigError
+
 _DIR = pathlib.Path(__file__).resolve().parent
 
 
@@ -23,8 +25,9 @@ def load_preset(name):
     if path.suffix != ".json" or not path.exists():
         path = _DIR / f"{name}.json"
     if not path.exists():
-        raise ValueError(f"Unknown preset {name!r}; available: {', '.join(list_presets())} "
-                         "(or pass a path to a preset JSON file).")
+        raise ConfigError(f"Unknown preset {name!r}; available: "
+                          f"{', '.join(list_presets())} (or pass a path to a preset JSON "
+                          "file).")
     with open(path) as f:
         return copy.deepcopy(json.load(f))
 
@@ -33,22 +36,16 @@ def from_preset(name, vocab_size=None, **overrides):
     """Build the `zoo.AWDLSTM` of preset `name`; keyword overrides replace model fields.
 
     `vocab_size` defaults to the preset's corpus vocabulary size (`corpus.vocab_size`).
-    Training fields the model owns (`bptt`, `clip_norm`, `weight_decay`) come from the
-    preset's `training` part unless overridden.
+    Training fields the model owns (`bptt`, `clip_norm`, `weight_decay`, `seed`,
+    `flooding_level`) come from the preset's `training` part unless overridden (as
+    `python -m zoo.train` builds it: `zoo.builders.build_model`).
     """
-    from zoo.awd_lstm import AWDLSTM
+    from zoo.builders import build_model
 
     preset = load_preset(name)
-    model_kwargs = dict(preset["model"])
-    training = preset.get("training", {})
-    for key in ("bptt", "clip_norm", "weight_decay"):
-        if key in training:
-            model_kwargs.setdefault(key, training[key])
-    if "seed" in training:
-        model_kwargs.setdefault("seed", training["seed"])
-    model_kwargs.update(overrides)
     if vocab_size is None:
         vocab_size = preset.get("corpus", {}).get("vocab_size")
     if vocab_size is None:
-        raise ValueError(f"Preset {name!r} does not fix the vocabulary size; pass vocab_size=.")
-    return AWDLSTM(vocab_size=int(vocab_size), **model_kwargs)
+        raise ConfigError(f"Preset {name!r} does not fix the vocabulary size; pass "
+                          "vocab_size=.")
+    return build_model(preset, vocab_size, **overrides)

@@ -1,8 +1,8 @@
 """A plain PyTorch AWD-LSTM with softmax, MoS and MoC heads: the native reference peer.
 
-`tools/compare_frameworks.py` runs this next to the Keras model on every backend, from the same
-initial weights, data and batch order. It is written from the formulas (REFERENCE §2, §1),
-in ordinary PyTorch idiom, with no Keras and no tflm import:
+`python tools/compare_frameworks.py` runs this next to the Keras model on every backend, from
+the same initial weights, data and batch order. It is written from the formulas (REFERENCE
+§2, §1), in ordinary PyTorch idiom, with no Keras and no tflm import:
 
     e = (E * z)[w],  z ~ Bernoulli(1 - p_e)^V / (1 - p_e)       embedding row dropout
     x_0 = m_i * e                                                 locked dropout, m (B, 1, d)
@@ -20,7 +20,8 @@ coefficient min(1, clip / ||g||), see `clip_grad_norm`), then
 `torch.optim.SGD(lr * T / bptt, weight_decay)`. The LSTM state is carried across windows,
 detached, and zeroed at the start of each pass.
 
-Layout against a Keras `zoo.AWDLSTM` (`load_roles` / `export_roles` map by role):
+Layout against a Keras `zoo.AWDLSTM` (`load_roles` / `export_roles` map by role; the Keras
+side of the mapping is `bench.frameworks.roles`):
 Keras LSTM kernel (in, 4n), recurrent_kernel (n, 4n), bias (4n) with gates (i, f, c, o);
 torch keeps weight_ih (4n, in) = kernel^T, weight_hh (4n, n) = recurrent_kernel^T, gates
 (i, f, g, o) in the same order, and has two biases: b_ih = bias and b_hh = 0 (a zero buffer,
@@ -290,7 +291,7 @@ def clip_grad_norm(parameters, max_norm):
     `torch.nn.utils.clip_grad_norm_` divides by ||g|| + 1e-6 instead; at the reference's
     learning rates (20-30) that 1e-6 perturbs each update far more than float rounding, and
     the trajectories of the two implementations part after a few steps. This is the
-    coefficient `tflm.backends.train_step.clip_and_scale` uses."""
+    coefficient `tflm.backends.gradients.clip_and_scale` uses."""
     grads = [p.grad for p in parameters if p.grad is not None]
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float())
                                                  for g in grads]))

@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print a table and append it to a results file here."""

@@ -1,0 +1,116 @@
+"""The private Keras APIs tflm relies on (`tflm.compat`), checked against the installed Keras.
+
+Each test names the private API it guards: when a Keras release renames, moves or changes
+one of them, the test with that name fails here instead of training going wrong later."""
+
+import inspect
+
+import keras
+import numpy as np
+import pytest
+from tflm import compat
+from tflm.backends.lstm_kernels import portable_lstm
+from tflm.layers import WeightDropLSTM
+
+
+def _parameters(fn):
+    return set(inspect.signature(fn).parameters)
+
+
+def test_keras_src_backend_lstm_takes_a_recurrent_matrix_and_refuses_a_cpu():
+    from keras.src import backend
+    assert {"inputs", "initial_state_h", "initial_state_c", "mask", "kernel",
+            "recurrent_kernel", "bias", "activation", "recurrent_activation",
+            "return_sequences", "go_backwards", "unroll"} <= _parameters(backend.lstm)
+    layer = WeightDropLSTM(4, weight_dropout=0.0)
+    x = np.zeros((2, 3, 5), "float32")
+    layer.build(x.shape)
+    cell = layer.cell
+    with pytest.raises(NotImplementedError):  # no cuDNN here: the portable loop takes over
+        compat.fused_lstm(x, np.zeros((2, 4), "float32"), np.zeros((2, 4), "float32"), None,
+                          cell.kernel, cell.recurrent_kernel, cell.bias,
+                          activation=cell.activation,
+                          recurrent_activation=cell.recurrent_activation,
+                          return_sequences=True, go_backwards=False, unroll=False)
+
+
+def test_keras_src_backend_rnn_loop_semantics():
+    from keras.src import backend
+    assert {"step_function", "inputs", "initial_states", "go_backwards", "mask", "unroll",
+            "input_length", "zero_output_for_mask", "return_all_outputs"} <= \
+        _parameters(backend.rnn)
+    # A running sum: masked steps hold the state and give zero outputs.
+    x = np.arange(1, 7, dtype="float32").reshape(1, 6, 1)
+    mask = np.array([[True, True, False, True, False, False]])
+    last, outputs, (state,) = compat.rnn_loop(
+        lambda x_t, states: (states[0] + x_t, [states[0] + x_t]), x,
+        [np.zeros((1, 1), "float32")], mask=mask, go_backwards=False, unroll=False,
+        zero_output_for_mask=True, return_all_outputs=True)
+    np.testing.assert_allclose(np.asarray(outputs)[0, :, 0], [1, 3, 0, 7, 0, 0])
+    assert float(np.asarray(state)[0, 0]) == 7.0    # the state after the last real step
+    assert float(np.asarray(last)[0, 0]) == 0.0     # the (masked) last step's output
+
+
+def test_portable_loop_equals_keras_lstm():
+    layer = WeightDropLSTM(4, weight_dropout=0.0, return_sequences=True)
+    ref = keras.layers.LSTM(4, return_sequences=True, use_cudnn=False)
+    x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32")
+    ref.build(x.shape)
+    layer.build(x.shape)
+    layer.set_weights(ref.get_weights())
+    zeros = [np.zeros((2, 4), "float32")] * 2
+    _, outputs, _ = portable_lstm(layer.cell, x, zeros, None, layer.cell.recurrent_kernel)
+    np.testing.assert_allclose(np.asarray(outputs), np.asarray(ref(x)), atol=1e-6)
+
+
+def test_optimizer_get_variable_index():
+    assert "variable" in _parameters(keras.optimizers.Optimizer._get_variable_index)
+    a, b = keras.Variable(np.zeros(2)), keras.Variable(np.zeros(3))
+    opt = keras.optimizers.SGD(0.1)
+    opt.build([a, b])
+    assert compat.optimizer_variable_index(opt, b) == 1
+    assert compat.optimizer_variable_index(opt, a) == 0
+
+
+def test_layer_flatten_layers_walks_nested_layers():
+    inner = keras.layers.Dense(2, name="inner")
+
+    class Outer(keras.layers.Layer):
+        def __init__(self):
+            super().__init__(name="outer")
+            self.wrapped = [inner]
+
+    outer = Outer()
+    assert [layer.name for layer in compat.nested_layers(outer)] == ["outer", "inner"]
+
+
+def test_symbolic_scope_is_visible():
+    assert not compat.in_symbolic_scope()
+    with keras.SymbolicScope():
+        assert compat.in_symbolic_scope()
+
+
+def test_tensorflow_trainer_builds_through_maybe_symbolic_build():
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+    hook = TensorFlowTrainer._maybe_symbolic_build
+    assert {"iterator", "data_batch"} <= _parameters(hook)
+    for method in ("fit", "evaluate", "train_on_batch", "test_on_batch"):
+        assert "_maybe_symbolic_build" in inspect.getsource(getattr(TensorFlowTrainer, method))
+    calls = []
+
+    class Model(compat.TokenWindowBuild, keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(2)
+
+        def build_under_strategy(self):
+            calls.append(1)
+            return False
+
+        def call(self, x):
+            return self.dense(x)
+
+    model = Model()
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(np.zeros((4, 2), "float32"), np.zeros((4, 2), "float32"), verbose=0)
+    assert calls, "Keras no longer calls _maybe_symbolic_build from fit"

@@ -1,0 +1,73 @@
+"""The interface every backend object implements, with the defaults eager backends share.
+
+`tflm.LanguageModel` holds the language-model logic once (loss, metrics, the carried state
+between windows, resets per pass) and asks the object `tflm.backends.current()` returns for
+everything that differs between Keras backends:
+
+    make_stream_state(sizes)       where each stream's (h, c) is kept between windows
+    carried_variables(model)       variables that must travel through a compiled step (JAX)
+    prepare_pass(model, training, batch_size, nested)
+                                   build / size the state before fit, evaluate, predict, ...
+    build_under_strategy(model)    build before a tf.distribute trace (TensorFlow)
+    train_step(model, *args)       one optimizer step (see `tflm.backends.gradients`)
+    test_step(model, *args)        one evaluation step
+    step_logs(model, logs)         per-step logs as the trainer wants them
+    is_concrete(tensor)            whether the tensor's values are known now
+    fused_lstm(...)                the fused LSTM kernel, or NotImplementedError
+    requires_batch_size            whether a pass must know its batch size before it starts
+
+A new backend is one module in this folder with one subclass of `Backend`, registered in
+`tflm/backends/__init__.py`; nothing outside this folder changes (docs/design.md).
+"""
+
+import keras
+
+from tflm.backends.streams import EagerStreamState
+
+
+class Backend:
+    """Defaults for an eager backend without a train step (e.g. KERAS_BACKEND=numpy)."""
+
+    name = "eager"
+    requires_batch_size = False
+
+    # ---- the state carried between windows --------------------------------------------
+    def make_stream_state(self, sizes):
+        return EagerStreamState(sizes)
+
+    def carried_variables(self, model):
+        return []
+
+    def prepare_pass(self, model, training, batch_size, nested=False):
+        """Make `model` ready for a pass over windows of `batch_size` rows (None: unknown).
+        `nested`: another pass of the same model is running (validation inside fit)."""
+
+    def build_under_strategy(self, model):
+        return False
+
+    # ---- steps ---------------------------------------------------------------------------
+    def train_step(self, model, *args):
+        raise NotImplementedError(
+            f"The language-model train step is implemented for the TensorFlow, JAX and "
+            f"PyTorch backends; KERAS_BACKEND={keras.backend.backend()!r} can run the model "
+            "forward (model.forward_with_state) but not model.fit.")
+
+    def test_step(self, model, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        log_probs = model(x, training=False)
+        loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight, inputs=x)
+        return model.update_lm_metrics(loss, nll_sum, tokens)
+
+    def step_logs(self, model, logs):
+        return logs
+
+    # ---- tensors and kernels -------------------------------------------------------------
+    def is_concrete(self, tensor):
+        return True
+
+    def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
+                   return_sequences, go_backwards, unroll):
+        """`(last, outputs, [h, c], xla_compatible)` from the backend's fused LSTM kernel for
+        `cell`'s weights with `recurrent_kernel` in place of U; `NotImplementedError` where
+        none applies (then `tflm.backends.lstm_kernels` runs the portable loop)."""
+        raise NotImplementedError(f"no fused LSTM kernel on {self.name}")

@@ -1,0 +1,84 @@
+"""The gradient logic every backend's train step shares (one place, not one per backend).
+
+Reference: salesforce/awd-lstm-lm main.py `train`. After the backend has differentiated
+
+    loss  = mean NLL over the window's tokens + sum(model.losses)      (AR, TAR, DOC's CV, ...)
+
+and summed the gradients over replicas, `process_gradients` does, in this order:
+
+    g = g / loss_scale                      (mixed precision: unscale before clipping)
+    g = g * sign(L - b)                     (flooding at level b, Ishida et al. 2020, with the
+                                             global window loss L)
+    g = g * min(1, clip_norm / ||g||_2)     (global norm, after the replica all-reduce)
+    g = g + weight_decay * theta            (L2 decay as torch.optim.SGD's weight_decay:
+                                             added after clipping, scaled with the step)
+    g = g * T / bptt                        (the reference scales the learning rate of a window
+                                             of T real positions by T / bptt; for SGD and
+                                             averaged SGD scaling the clipped gradient is the
+                                             same update)
+    g = g * loss_scale                      (the LossScaleOptimizer checks and unscales again)
+
+and the backend hands g to `optimizer.apply`.
+"""
+
+from keras import ops
+
+from tflm.flooding import flood_sign
+from tflm.padding import real_position_weights
+
+
+def clip_and_scale(grads, clip_norm, scale, variables=None, weight_decay=0.0):
+    """Clip `grads` to global norm `clip_norm` (None: no clipping), add `weight_decay *
+    variable`, multiply by `scale`. Returns (new grads, norm before clipping)."""
+    squares = [ops.sum(ops.square(ops.cast(g, "float32"))) for g in grads if g is not None]
+    norm = ops.sqrt(ops.sum(ops.stack(squares)))
+    factor = scale
+    if clip_norm is not None and clip_norm > 0:
+        factor = ops.minimum(1.0, clip_norm / ops.maximum(norm, 1e-12)) * scale
+    out = []
+    for i, g in enumerate(grads):
+        if g is None:
+            out.append(None)
+            continue
+        g = g * ops.cast(factor, g.dtype)
+        if weight_decay:
+            g = g + ops.cast(weight_decay * scale, g.dtype) * ops.cast(variables[i], g.dtype)
+        out.append(g)
+    return out, norm
+
+
+def loss_scale(optimizer):
+    """The dynamic loss scale of a `LossScaleOptimizer` (mixed precision), else None."""
+    return getattr(optimizer, "dynamic_scale", None)
+
+
+def window_scale(model, x):
+    """T / bptt for a window of T real positions (padding left out; 1.0 when the model does
+    not scale)."""
+    if not model.scale_by_window:
+        return 1.0
+    real = ops.sum(real_position_weights(x)) / ops.cast(ops.shape(x)[0], "float32")
+    return real / float(model.bptt)
+
+
+def _times(grads, factor):
+    return [None if g is None else g * ops.cast(factor, g.dtype) for g in grads]
+
+
+def process_gradients(model, grads, variables, x, loss, num_replicas=1):
+    """Unscale, flood, clip, L2 and window-scale the (already all-reduced) gradients of one
+    window `x`; `loss` is the global window loss. Returns (gradients, norm before clipping).
+
+    `num_replicas`: the optimizer sums the replicas' updates again under tf.distribute, so
+    each replica applies 1 / R of the global step."""
+    scale = loss_scale(model.optimizer)
+    if scale is not None:
+        grads = [None if g is None else g / ops.cast(scale, g.dtype) for g in grads]
+    if model.flooding_level is not None:
+        grads = _times(grads, flood_sign(loss, model.flooding_level))
+    grads, norm = clip_and_scale(grads, model.clip_norm,
+                                 window_scale(model, x) / float(num_replicas),
+                                 variables, model.weight_decay)
+    if scale is not None:
+        grads = _times(grads, scale)
+    return grads, norm

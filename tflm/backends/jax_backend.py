@@ -1,0 +1,130 @@
+"""JAX: stateless jit-compiled train and test steps, state in variables, cuDNN LSTM.
+
+Keras' JAX trainer calls `train_step(state, data)` under `jax.jit` with
+`state = (trainable, non_trainable, optimizer, metrics)` variable values and expects
+`(logs, new_state)` back; nothing may be mutated. The step does what the TensorFlow and
+PyTorch steps do (the gradient logic is `tflm.backends.gradients`).
+
+The LSTM state carried between windows lives in non-trainable variables of a fixed batch
+shape (`tflm.backends.jax_streams`), so it enters the jitted step as part of
+`non_trainable` and leaves it updated, like a BatchNormalization statistic. A different
+window length T retraces the step once per distinct T (jit specializes on shapes): pad the
+windows to a multiple of 4 (`lm_dataset(..., pad_to_multiple=4)`) to compile a few programs.
+
+Distributed JAX training (`keras.distribution`) is not covered: the gradient is the local
+one and clipping would be per shard.
+"""
+
+import jax
+import keras
+
+from tflm import compat
+from tflm.backends import jax_lstm
+from tflm.backends.base import Backend
+from tflm.backends.gradients import loss_scale, process_gradients
+from tflm.backends.jax_streams import JaxStreamState
+
+
+def _optimizer_scope(model, optimizer_variables):
+    return keras.StatelessScope(
+        state_mapping=list(zip(model.optimizer.variables, optimizer_variables)))
+
+
+def _metric_updates(model, metrics_variables, loss, nll_sum, tokens, grad_norm=None):
+    """Update the metric trackers statelessly; returns (logs, new metric values)."""
+    mapping = list(zip(model.metrics_variables, metrics_variables))
+    with keras.StatelessScope(state_mapping=mapping) as scope:
+        logs = model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=grad_norm)
+    new_values = []
+    for ref, value in mapping:
+        current = scope.get_current_value(ref)
+        new_values.append(value if current is None else current)
+    return logs, new_values
+
+
+class JaxBackend(Backend):
+    name = "jax"
+    requires_batch_size = True  # the state variables must exist before jit fetches them
+
+    def make_stream_state(self, sizes):
+        return JaxStreamState(sizes)
+
+    def carried_variables(self, model):
+        return [v for store in model.stream_states() for v in store.variables()]
+
+    def prepare_pass(self, model, training, batch_size, nested=False):
+        """Create the state variables for `batch_size` streams, outside `jit`. While another
+        pass of the model runs (validation inside fit) its compiled loop holds the variable
+        list, so existing variables are never replaced then (only missing ones are made)."""
+        if not model.carry_state or batch_size is None:
+            return
+        store = model.stream_state(training)
+        if nested and store.variables():
+            return
+        store.ensure(int(batch_size))
+
+    def train_step(self, model, state, data):
+        """One training step: `(logs, new_state)` from `state` and a batch `data`."""
+        trainable, non_trainable, optimizer_variables, metrics_variables = state
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        loss_scaled = loss_scale(model.optimizer) is not None
+
+        def loss_fn(trainable_values, non_trainable_values):
+            log_probs, new_non_trainable, losses = model.stateless_call(
+                trainable_values, non_trainable_values, x, training=True, return_losses=True)
+            loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight,
+                                                          extra_losses=losses, inputs=x)
+            scaled = loss
+            if loss_scaled:
+                with _optimizer_scope(model, optimizer_variables):
+                    scaled = model.optimizer.scale_loss(loss)
+            return scaled, (loss, nll_sum, tokens, new_non_trainable)
+
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        (_, (loss, nll_sum, tokens, non_trainable)), grads = grad_fn(trainable, non_trainable)
+        with _optimizer_scope(model, optimizer_variables):
+            grads, norm = process_gradients(model, list(grads), list(trainable), x, loss)
+        trainable, optimizer_variables = model.optimizer.stateless_apply(
+            optimizer_variables, grads, trainable)
+        logs, metrics_variables = _metric_updates(model, metrics_variables, loss, nll_sum,
+                                                  tokens, grad_norm=norm)
+        return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
+
+    def test_step(self, model, state, data):
+        """One evaluation step (no dropout, no extra losses): `(logs, new_state)`."""
+        trainable, non_trainable, metrics_variables = state
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        log_probs, non_trainable = model.stateless_call(trainable, non_trainable, x,
+                                                        training=False)
+        loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight,
+                                                      extra_losses=[], inputs=x)
+        logs, metrics_variables = _metric_updates(model, metrics_variables, loss, nll_sum,
+                                                  tokens)
+        return logs, (trainable, non_trainable, metrics_variables)
+
+    def is_concrete(self, tensor):
+        return not isinstance(tensor, jax.core.Tracer)
+
+    def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
+                   return_sequences, go_backwards, unroll):
+        """Keras' cuDNN LSTM (unmasked), else cuDNN with per-sequence lengths for a mask of
+        real positions (`tflm.backends.jax_lstm`); both on a GPU only."""
+        try:
+            last, outputs, states = compat.fused_lstm(
+                inputs, initial_state[0], initial_state[1], mask, cell.kernel,
+                recurrent_kernel, cell.bias, activation=cell.activation,
+                recurrent_activation=cell.recurrent_activation,
+                return_sequences=return_sequences, go_backwards=go_backwards, unroll=unroll)
+            return last, outputs, states, True
+        except NotImplementedError:
+            pass
+        if (mask is None or go_backwards or unroll
+                or cell.activation is not keras.activations.tanh
+                or cell.recurrent_activation is not keras.activations.sigmoid):
+            raise NotImplementedError("no fused JAX LSTM for this call")
+        last, outputs, states = jax_lstm.cudnn_lstm_with_lengths(
+            inputs, initial_state[0], initial_state[1], keras.ops.convert_to_tensor(cell.kernel),
+            keras.ops.convert_to_tensor(recurrent_kernel),
+            None if cell.bias is None else keras.ops.convert_to_tensor(cell.bias), mask,
+            return_sequences=return_sequences)
+        return last, outputs, states, True

@@ -1,0 +1,104 @@
+"""TensorFlow: graph train step with the replica all-reduce, state in variables, cuDNN LSTM."""
+
+import keras
+import tensorflow as tf
+
+from tflm import compat
+from tflm.backends.base import Backend
+from tflm.backends.gradients import loss_scale, process_gradients
+from tflm.backends.tensorflow_streams import TensorFlowStreamState
+from tflm.distribute import is_multi_worker
+
+
+def _distributed(strategy):
+    """True for a strategy that is more than the default one-device strategy."""
+    return strategy.num_replicas_in_sync > 1 or is_multi_worker(strategy)
+
+
+def _per_replica_loss(loss):
+    """The replica's share of the global loss: the optimizer sums the replicas' updates."""
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    return loss if replicas == 1 else loss * tf.cast(1.0 / replicas, loss.dtype)
+
+
+class TensorFlowBackend(Backend):
+    name = "tensorflow"
+
+    def make_stream_state(self, sizes):
+        return TensorFlowStreamState(sizes)
+
+    def prepare_pass(self, model, training, batch_size, nested=False):
+        """Build the model and create the stores before the step is traced (variables made
+        inside the first trace make tf.function trace it twice) and size them for
+        `batch_size` global rows outside any compiled step (XLA cannot resize a variable)."""
+        strategy = model.distribute_strategy
+        with strategy.scope():
+            if not model.built and type(model).build is not keras.Model.build:
+                model.build((None, None))  # a subclass that builds itself from token shape
+            if not model.carry_state:
+                return
+            store = model.stream_state(training)
+        replicas = strategy.num_replicas_in_sync
+        if batch_size is not None and batch_size % replicas == 0:
+            store.ensure(batch_size // replicas)
+
+    def build_under_strategy(self, model):
+        """Under a strategy, build the model from its own dummy window and the optimizer,
+        so Keras does not build from a replica-reduced sample batch (see
+        `tflm.compat.TokenWindowBuild`)."""
+        strategy = model.distribute_strategy
+        if not _distributed(strategy):
+            return False
+        with strategy.scope():
+            if not model.built:
+                model.build()
+            if model.optimizer is not None and not model.optimizer.built:
+                model.optimizer.build(model.trainable_variables)
+        return True
+
+    def train_step(self, model, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            log_probs = model(x, training=True)
+            loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight,
+                                                          inputs=x)
+            replica_loss = _per_replica_loss(loss)
+            if loss_scale(model.optimizer) is not None:
+                replica_loss = model.optimizer.scale_loss(replica_loss)
+        variables = model.trainable_variables
+        grads = tape.gradient(replica_loss, variables)
+        replica_ctx = tf.distribute.get_replica_context()
+        num_replicas = 1 if replica_ctx is None else replica_ctx.num_replicas_in_sync
+        global_loss = loss
+        if num_replicas > 1:
+            # Clip on the all-reduced (global) gradient; the optimizer sums again, hence / R.
+            present = [i for i, g in enumerate(grads) if g is not None]
+            reduced = replica_ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                                             [grads[i] for i in present] + [replica_loss])
+            for i, g in zip(present, reduced[:-1]):
+                grads[i] = g
+            global_loss = reduced[-1]
+            if loss_scale(model.optimizer) is not None:
+                global_loss = global_loss / model.optimizer.dynamic_scale
+        grads, norm = process_gradients(model, grads, variables, x, global_loss, num_replicas)
+        model.optimizer.apply(grads, variables)
+        return model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=norm)
+
+    def step_logs(self, model, logs):
+        if is_multi_worker(model.distribute_strategy):
+            # Keras reduces per-step logs with reduce(MEAN, axis=0) across workers, which
+            # needs at least one dimension; the epoch logs come from the metrics themselves.
+            return {k: tf.reshape(v, (1,)) for k, v in logs.items()}
+        return logs
+
+    def is_concrete(self, tensor):
+        return tf.executing_eagerly()
+
+    def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
+                   return_sequences, go_backwards, unroll):
+        last, outputs, states = compat.fused_lstm(
+            inputs, initial_state[0], initial_state[1], mask, cell.kernel, recurrent_kernel,
+            cell.bias, activation=cell.activation,
+            recurrent_activation=cell.recurrent_activation,
+            return_sequences=return_sequences, go_backwards=go_backwards, unroll=unroll)
+        return last, outputs, states, False  # cuDNN ops are not XLA-compatible

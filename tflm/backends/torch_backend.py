@@ -1,0 +1,49 @@
+"""PyTorch: eager train step (autograd), state held in Python, fused LSTM on any device."""
+
+import keras
+import torch
+
+from tflm import compat
+from tflm.backends import torch_lstm
+from tflm.backends.base import Backend
+from tflm.backends.gradients import loss_scale, process_gradients
+
+
+class TorchBackend(Backend):
+    name = "torch"
+
+    def train_step(self, model, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        model.zero_grad()
+        log_probs = model(x, training=True)
+        loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight, inputs=x)
+        scaled = loss if loss_scale(model.optimizer) is None else model.optimizer.scale_loss(loss)
+        scaled.backward()
+        variables = model.trainable_variables
+        grads = [v.value.grad for v in variables]
+        with torch.no_grad():
+            grads, norm = process_gradients(model, grads, variables, x, loss.detach())
+            model.optimizer.apply(grads, variables)
+        return model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=norm)
+
+    def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
+                   return_sequences, go_backwards, unroll):
+        """PyTorch's own fused kernel (cuDNN on a GPU, oneDNN on a CPU, where Keras would
+        run a Python loop per step) for the standard LSTM without a mask, forwards
+        (`tflm.backends.torch_lstm`); else Keras' cuDNN path (a GPU only)."""
+        standard = (cell.activation is keras.activations.tanh
+                    and cell.recurrent_activation is keras.activations.sigmoid)
+        if standard and mask is None and not go_backwards and not unroll:
+            last, outputs, states = torch_lstm.fused_lstm(
+                inputs, initial_state[0], initial_state[1],
+                keras.ops.convert_to_tensor(cell.kernel),
+                keras.ops.convert_to_tensor(recurrent_kernel),
+                None if cell.bias is None else keras.ops.convert_to_tensor(cell.bias),
+                return_sequences=return_sequences)
+            return last, outputs, states, True
+        last, outputs, states = compat.fused_lstm(
+            inputs, initial_state[0], initial_state[1], mask, cell.kernel, recurrent_kernel,
+            cell.bias, activation=cell.activation,
+            recurrent_activation=cell.recurrent_activation,
+            return_sequences=return_sequences, go_backwards=go_backwards, unroll=unroll)
+        return last, outputs, states, True

@@ -1,0 +1,92 @@
+"""Every use of a private Keras API in tflm, in one place (docs/design.md, contract 8).
+
+Keras 3 keeps a few things tflm needs in `keras.src` or behind underscore names. Each is
+used here and nowhere else, with a comment saying why no public API serves;
+`tests/test_compat.py` checks every one against the installed Keras (that it exists, takes
+the arguments used here and behaves as relied on), so a Keras release that changes one
+fails that test by name instead of breaking training silently. Everything else in tflm,
+zoo, tools and bench uses public APIs only (PyTorch's included: `torch.lstm` is in
+`torch.__all__`).
+"""
+
+
+def fused_lstm(inputs, initial_h, initial_c, mask, kernel, recurrent_kernel, bias, *,
+               activation, recurrent_activation, return_sequences, go_backwards, unroll):
+    """The backend's fused LSTM (cuDNN on TensorFlow / JAX / PyTorch GPUs).
+
+    Returns `(last_output, outputs, [h, c])`; raises `NotImplementedError` where no fused
+    kernel applies (a CPU, an unsupported activation, a mask JAX's cuDNN cannot take).
+    """
+    # keras.src.backend.lstm: the only entry point to Keras' cuDNN LSTM. keras.layers.LSTM
+    # calls it with its own recurrent-kernel variable; DropConnect (WeightDropLSTM) must
+    # call it with the dropped matrix, and no public API takes a recurrent matrix.
+    from keras.src import backend
+    return backend.lstm(inputs, initial_h, initial_c, mask, kernel=kernel,
+                        recurrent_kernel=recurrent_kernel, bias=bias, activation=activation,
+                        recurrent_activation=recurrent_activation,
+                        return_sequences=return_sequences, go_backwards=go_backwards,
+                        unroll=unroll)
+
+
+def rnn_loop(step_function, inputs, initial_states, *, mask, go_backwards, unroll,
+             zero_output_for_mask, return_all_outputs):
+    """Keras' RNN time loop: `(last_output, outputs, new_states)`.
+
+    `step_function(x_t, states) -> (output_t, new_states)`; masked steps keep the previous
+    states (and give zero outputs when `zero_output_for_mask`).
+    """
+    # keras.src.backend.rnn: the loop keras.layers.LSTM itself runs when no fused kernel
+    # applies, with Keras' masking, go_backwards and unroll semantics on every backend
+    # (tf.while_loop, lax.scan, a Python loop). The public keras.ops.scan has no mask and
+    # no unroll-by-Python, so the portable WeightDropLSTM path would have to re-implement
+    # and re-test all of it to stay equal to keras.layers.LSTM.
+    from keras.src import backend
+    return backend.rnn(step_function, inputs, list(initial_states), go_backwards=go_backwards,
+                       mask=mask, unroll=unroll, input_length=inputs.shape[1],
+                       zero_output_for_mask=zero_output_for_mask,
+                       return_all_outputs=return_all_outputs)
+
+
+def optimizer_variable_index(optimizer, variable):
+    """The position of `variable` among the variables `optimizer` was built on."""
+    # Optimizer._get_variable_index: how Keras' own optimizers (SGD momentum, Adam) find a
+    # variable's slot inside `update_step`; there is no public lookup, and under
+    # tf.distribute `update_step` sees per-replica components whose identity only this
+    # method maps back (through Keras' backend-specific `_var_key`).
+    return optimizer._get_variable_index(variable)
+
+
+def nested_layers(layer):
+    """`layer` and every layer inside it, recursively (each once)."""
+    # Layer._flatten_layers: Keras 3 has no public recursive sublayer walk (`Model.layers`
+    # lists direct children only and a plain Layer has no `layers`).
+    return layer._flatten_layers(include_self=True, recursive=True)
+
+
+def in_symbolic_scope():
+    """True while Keras traces a function for shapes only (`compute_output_spec`)."""
+    # keras.src.backend.common.symbolic_scope.in_symbolic_scope: `keras.SymbolicScope` is
+    # public but nothing public tells whether one is active.
+    from keras.src.backend.common.symbolic_scope import in_symbolic_scope as active
+    return active()
+
+
+class TokenWindowBuild:
+    """Mixin for a `keras.Model` fed integer token windows: lets it build itself under a
+    `tf.distribute` strategy instead of through Keras' sample-batch reduction.
+
+    The model implements `build_under_strategy()`: build what must exist before the
+    train / test step is traced and return True, or return False to let Keras build.
+    """
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # TensorFlowTrainer._maybe_symbolic_build (keras/src/backend/tensorflow/trainer.py)
+        # runs in fit / evaluate / *_on_batch before tracing. Under a strategy it builds the
+        # model from one sample batch reduced (MEAN) across replicas, which
+        # MultiWorkerMirroredStrategy cannot do for integer token windows (a collective on
+        # int32). No public hook replaces this step, so the language model overrides it and
+        # builds from its own dummy window; JAX and PyTorch trainers never call it.
+        if self.build_under_strategy():
+            return None
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+

@@ -1,0 +1,135 @@
+"""The AWD-LSTM backbone: tokens -> the hidden states of every layer (no output head)."""
+
+import keras
+from keras import ops
+
+from tflm.layers import EmbeddingDropout, LockedDropout, TiedEmbedding, WeightDropLSTM
+from tflm.padding import padding_mask, without_padding
+
+
+def _seed(seed, offset):
+    return None if seed is None else int(seed) + offset
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class AWDLSTMBackbone(keras.layers.Layer):
+    """Embedding, embedding / locked dropouts and weight-dropped LSTMs of AWD-LSTM.
+
+        e = EmbeddingDropout(E)[w];  x_0 = LockedDropout_i(e)
+        r_l = WeightDropLSTM_l(x_{l-1})                       (raw output of layer l)
+        x_l = LockedDropout_h(r_l)  (l < L);   x_L = LockedDropout_o(r_L)
+
+    `call(tokens, states=None, training=False)` returns a dict:
+
+        "sequence_output"      x_L `(batch, time, last_dim)`: what an output head reads
+        "layer_outputs"        [x_1, ..., x_L]: every layer's dropped output (DOC's heads)
+        "raw_layer_outputs"    [r_1, ..., r_L]: before dropout (TAR, the cache pointer)
+        "states"               [(h, c)] per layer after the window (carry them to the next)
+        "padding_mask"         `(batch, time)` bool of real positions; only when the tokens
+                               hold `tflm.data.PAD_ID` (the LSTMs hold their state through
+                               padding; see `tflm.padding`)
+
+    In evaluation mode (`training=False`) no dropout applies, so the layer outputs are the
+    hidden states dynamic evaluation, the cache pointer and context-conditioned heads need.
+
+    Args:
+        vocab_size: V.
+        embed_dim: embedding size (400 in the reference).
+        hidden_dim: size of the inner LSTM layers (1150).
+        num_layers: number of LSTM layers (3).
+        last_dim: size of the last LSTM layer; defaults to `embed_dim` when `tie_weights`,
+            else `hidden_dim`. The MoS reference uses 620 with an untied-size latent.
+        tie_weights: whether the head will share the embedding (only sets `last_dim`'s
+            default here; the task ties the head to `embedding`). Default True.
+        dropout: locked dropout on the last layer's output (0.4).
+        dropout_h: locked dropout between LSTM layers (0.3; "dropouth").
+        dropout_i: locked dropout on the embedding output (0.65; "dropouti").
+        dropout_e: embedding row dropout (0.1; "dropoute").
+        weight_dropout: DropConnect on the recurrent matrices (0.5; "wdrop").
+        use_cudnn: LSTM kernel, "auto" (fused where available), True (fused or an error),
+            False (the portable loop); see `tflm.backends.lstm_kernels`. Default "auto".
+        seed: seed of every dropout mask (None: nondeterministic).
+
+    Reference: Merity, Keskar & Socher 2018, "Regularizing and Optimizing LSTM Language
+    Models" (salesforce/awd-lstm-lm, model.py RNNModel without its decoder).
+    """
+
+    def __init__(self, vocab_size, embed_dim=400, hidden_dim=1150, num_layers=3,
+                 last_dim=None, tie_weights=True, dropout=0.4, dropout_h=0.3, dropout_i=0.65,
+                 dropout_e=0.1, weight_dropout=0.5, use_cudnn="auto", seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if int(num_layers) < 1:
+            raise ValueError(f"num_layers must be >= 1; got {num_layers}.")
+        if use_cudnn not in ("auto", True, False):
+            raise ValueError(f"use_cudnn must be 'auto', True or False; got {use_cudnn!r}.")
+        self.vocab_size = int(vocab_size)
+        self.embed_dim = int(embed_dim)
+        self.hidden_dim = int(hidden_dim)
+        self.num_layers = int(num_layers)
+        self.tie_weights = bool(tie_weights)
+        self.last_dim = int(last_dim) if last_dim else (
+            self.embed_dim if self.tie_weights else self.hidden_dim)
+        self.dropout, self.dropout_h = float(dropout), float(dropout_h)
+        self.dropout_i, self.dropout_e = float(dropout_i), float(dropout_e)
+        self.weight_dropout = float(weight_dropout)
+        self.use_cudnn = use_cudnn
+        self.seed = seed
+
+        self.embedding = TiedEmbedding(self.vocab_size, self.embed_dim, name="embedding")
+        self.embedding_dropout = EmbeddingDropout(self.vocab_size, self.dropout_e,
+                                                  seed=_seed(seed, 1), name="dropout_e")
+        self.input_dropout = LockedDropout(self.dropout_i, seed=_seed(seed, 2), name="dropout_i")
+        self.lstms, self.hidden_dropouts = [], []
+        for i in range(self.num_layers):
+            self.lstms.append(WeightDropLSTM(
+                self.layer_sizes()[i], weight_dropout=self.weight_dropout,
+                seed=_seed(seed, 10 + i), use_cudnn=use_cudnn, return_sequences=True,
+                return_state=True, name=f"lstm_{i}"))
+            if i < self.num_layers - 1:
+                self.hidden_dropouts.append(LockedDropout(
+                    self.dropout_h, seed=_seed(seed, 20 + i), name=f"dropout_h_{i}"))
+        self.output_dropout = LockedDropout(self.dropout, seed=_seed(seed, 3), name="dropout_o")
+
+    def layer_sizes(self):
+        """Hidden size of every LSTM layer (the size of each (h, c) pair)."""
+        return [self.hidden_dim] * (self.num_layers - 1) + [self.last_dim]
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        self.call(ops.zeros((1, 2), "int32"))
+        self.built = True
+
+    def call(self, tokens, states=None, training=False):
+        tokens = ops.cast(tokens, "int32")
+        mask = padding_mask(tokens)
+        if mask is not None:
+            tokens = without_padding(tokens)
+        x = self.embedding(tokens)
+        x = self.embedding_dropout(tokens, x, training=training)
+        x = self.input_dropout(x, training=training)
+        new_states, layer_outputs, raw_outputs = [], [], []
+        for i, lstm in enumerate(self.lstms):
+            initial = None if states is None else list(states[i])
+            raw, h, c = lstm(x, initial_state=initial, mask=mask, training=training)
+            new_states.append((h, c))
+            raw_outputs.append(raw)
+            dropout = (self.hidden_dropouts[i] if i < self.num_layers - 1
+                       else self.output_dropout)
+            x = dropout(raw, training=training)
+            layer_outputs.append(x)
+        out = {"sequence_output": x, "layer_outputs": layer_outputs,
+               "raw_layer_outputs": raw_outputs, "states": new_states}
+        if mask is not None:
+            out["padding_mask"] = mask
+        return out
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            vocab_size=self.vocab_size, embed_dim=self.embed_dim, hidden_dim=self.hidden_dim,
+            num_layers=self.num_layers, last_dim=self.last_dim, tie_weights=self.tie_weights,
+            dropout=self.dropout, dropout_h=self.dropout_h, dropout_i=self.dropout_i,
+            dropout_e=self.dropout_e, weight_dropout=self.weight_dropout,
+            use_cudnn=self.use_cudnn, seed=self.seed)
+        return config

@@ -1,0 +1,76 @@
+"""The model, optimizer, averaging trigger and window padding a run's configuration names."""
+
+from zoo.errors import ConfigError
+
+# Fields of the `training` part that the model itself owns (`tflm.LanguageModel` arguments).
+MODEL_OWNED_TRAINING = ("bptt", "clip_norm", "weight_decay", "seed", "flooding_level")
+
+
+def build_model(config, vocab_size, **overrides):
+    """The `zoo.AWDLSTM` of `config`: its `model` part, the training fields the model owns
+    (`MODEL_OWNED_TRAINING`) unless the model part sets them, then `overrides`."""
+    from zoo.awd_lstm import AWDLSTM
+    kwargs = dict(config["model"])
+    training = config.get("training", {})
+    for key in MODEL_OWNED_TRAINING:
+        if key in training:
+            kwargs.setdefault(key, training[key])
+    kwargs.pop("vocab_size", None)
+    kwargs.update(overrides)
+    try:
+        return AWDLSTM(vocab_size=int(vocab_size), **kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"bad model configuration: {err}") from err
+
+
+def make_optimizer(training):
+    """SGD, averaged SGD (NT-/ET-ASGD) or Adam from the `training` part."""
+    import keras
+
+    from tflm import optimizers
+    name = str(training.get("optimizer", "sgd")).lower()
+    lr = float(training.get("lr", 30.0))
+    multipliers = training.get("learning_rate_multipliers")
+    if name == "sgd":
+        return optimizers.SGD(lr, learning_rate_multipliers=multipliers)
+    if name == "asgd":
+        return optimizers.AveragedSGD(lr, learning_rate_multipliers=multipliers)
+    if name == "adam":
+        return keras.optimizers.Adam(learning_rate=lr)
+    raise ConfigError(f"unknown optimizer {name!r} in training.optimizer; use sgd, asgd or "
+                      "adam.")
+
+
+def make_trigger(training, finetune=False):
+    """The averaging trigger: `switch` = "nonmono" (NT-ASGD, `nonmono` epochs), "epoch"
+    (ET-ASGD at `switch_epoch`) or None; finetuning stops on the non-monotonic rule."""
+    from tflm.triggers import EpochTrigger, NonMonotonicTrigger
+    if str(training.get("optimizer", "sgd")).lower() != "asgd":
+        return None
+    if finetune:
+        return NonMonotonicTrigger(int(training.get("nonmono", 5)), on_trigger="stop",
+                                   verbose=0)
+    switch = training.get("switch", "nonmono")
+    if switch == "nonmono":
+        return NonMonotonicTrigger(int(training.get("nonmono", 5)), verbose=0)
+    if switch == "epoch":
+        return EpochTrigger(int(training.get("switch_epoch", 200)), verbose=0)
+    if switch in (None, "none"):
+        return None
+    raise ConfigError(f"unknown training.switch {switch!r}; use nonmono, epoch or none.")
+
+
+def pad_to_multiple(training):
+    """`training.pad_to_multiple`, default `tflm.data.default_pad_to_multiple`: 4 on JAX
+    (one compiled step per padded window length instead of one per length), 1 (no padding)
+    on TensorFlow and PyTorch, whose steps take any length."""
+    import keras
+
+    from tflm import data
+    value = training.get("pad_to_multiple")
+    if value is None:
+        return data.default_pad_to_multiple(keras.backend.backend())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"training.pad_to_multiple must be a positive integer (4 suits "
+                          f"JAX, 1 turns padding off); got {value!r}.")
+    return value

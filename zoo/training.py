@@ -1,0 +1,180 @@
+"""A whole training run: train, checkpoint every epoch, evaluate the best model, report.
+
+`run(config, out_dir)` is what `python -m zoo.train` calls; it writes into `out_dir`:
+
+  config.json     the fully resolved configuration
+  vocab.txt       the vocabulary (one token per line, in id order)
+  best.keras      the model with the best validation perplexity so far (averaged weights
+                  once averaged SGD has switched)
+  final.keras     the model after the last epoch (averaged weights likewise)
+  checkpoint/     the last epoch's checkpoint, for `resume=True` (`zoo.checkpoint`)
+  metrics.json    per-epoch history and the final train/valid/test figures
+  logs/           TensorBoard: loss, perplexity, learning rate, averaging, words/s, gradient
+                  norm per epoch; embedding projector; top-5 predictions text
+"""
+
+import json
+import pathlib
+
+from zoo import checkpoint
+from zoo.builders import build_model, make_optimizer, make_trigger, pad_to_multiple
+from zoo.corpora import load_data
+from zoo.errors import UserError
+
+
+def check_init_model(path, model, vocabulary):
+    """Copy the weights of the saved model `path` into `model`, after checking that it was
+    made with the same vocabulary (size, and words when a vocab.txt lies beside it)."""
+    from zoo.saving import load_model
+    src = load_model(path)
+    if getattr(src, "vocab_size", None) != model.vocab_size:
+        raise UserError(
+            f"--init-from {path}: the checkpoint has a vocabulary of "
+            f"{getattr(src, 'vocab_size', '?')} words but the corpus has {model.vocab_size}; "
+            "train on the corpus the checkpoint was made with.")
+    vocab_file = pathlib.Path(path).parent / "vocab.txt"
+    if vocab_file.exists():
+        saved = vocab_file.read_text(encoding="utf-8").splitlines()
+        if saved != list(vocabulary):
+            raise UserError(f"--init-from {path}: its vocab.txt differs from the corpus "
+                            "vocabulary (same size, different words or order).")
+    model.set_weights(src.get_weights())
+
+
+def load_for_finetune(model, run_dir, vocabulary):
+    """Start from RUN_DIR's averaged best model and restart averaging from it."""
+    from tflm.optimizers import find_averaged_optimizer, start_finetune
+    path = pathlib.Path(run_dir) / "best.keras"
+    if not path.exists():
+        raise UserError(f"--finetune {run_dir}: no best.keras there; finetune a finished or "
+                        "checkpointed run directory.")
+    check_init_model(path, model, vocabulary)
+    if find_averaged_optimizer(model.optimizer) is None:
+        raise UserError("--finetune needs training.optimizer=asgd (averaged SGD).")
+    model.optimizer.build(model.trainable_variables)
+    start_finetune(model)
+
+
+def fixed_contexts(ids, count=3, length=20):
+    """A few fixed validation contexts (evenly spaced) for the top-5 predictions text."""
+    starts = [int(i * (len(ids) - length) / count) for i in range(count)]
+    return [ids[s:s + length] for s in starts]
+
+
+def prepare_run_dir(out, config, vocabulary):
+    """Create a new run directory with config.json and vocab.txt; refuse one that holds a
+    finished or an unfinished run."""
+    if (out / "metrics.json").exists():
+        raise UserError(f"{out} already holds a finished run (metrics.json); choose another "
+                        "--out so nothing of it is overwritten.")
+    if (out / "checkpoint").exists():
+        raise UserError(f"{out} holds an unfinished run; continue it with --resume {out} or "
+                        "choose another --out.")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    (out / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+
+
+def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
+        strategy_name="default", finetune_from=None):
+    """Train, checkpoint every epoch, evaluate the best model; returns the metrics dict.
+
+    With `resume=True`, `config` is read from `out_dir/config.json` and training continues
+    after the last checkpointed epoch with the same data order and random state, so the
+    result equals an uninterrupted run's. With `finetune_from=RUN_DIR` the averaged
+    `best.keras` of that run restarts averaging and training stops on the non-monotonic
+    rule (salesforce/awd-lstm-lm finetune.py).
+    """
+    import keras
+
+    from tflm import data, distribute
+    from tflm.callbacks import StopOnNaN, WordsPerSecond
+    from tflm.optimizers import averaged_weights
+    from tflm.tensorboard import EmbeddingProjector, TopPredictionsText
+    from zoo.saving import load_model
+
+    out = pathlib.Path(out_dir)
+    strategy = distribute.get_strategy(strategy_name) if strategy_name != "default" else None
+    if resume:
+        checkpoint.read_state(out)  # fail early on a missing or corrupt checkpoint
+        config = json.loads((out / "config.json").read_text())
+    training = config["training"]
+    seed = int(training.get("seed", 0))
+    keras.utils.set_random_seed(seed)
+    corpus, optimal = load_data(config["corpus"], data_dir)
+    vocabulary = list(corpus.vocabulary)
+    print_ = checkpoint.fingerprint(config, vocabulary)
+    if not resume:
+        prepare_run_dir(out, config, vocabulary)
+
+    scope = strategy.scope() if strategy is not None else keras.name_scope("run")
+    with scope:
+        if resume:
+            model, state = checkpoint.load_checkpoint(out, print_)
+        else:
+            model = build_model(config, len(vocabulary))
+            model.compile(optimizer=make_optimizer(training))
+            model.build((None, None))
+            state = {"epoch": 0, "history": [], "best": None, "fingerprint": print_}
+            if init_from:
+                check_init_model(init_from, model, vocabulary)
+            if finetune_from:
+                load_for_finetune(model, finetune_from, vocabulary)
+    trigger = make_trigger(training, finetune=bool(finetune_from or config.get("finetune")))
+    if trigger is not None and state.get("trigger"):
+        trigger.set_state(state["trigger"])
+
+    bptt = int(training.get("bptt", 70))
+    batch = int(training.get("batch_size", 20))
+    eval_batch = int(training.get("eval_batch_size", 10))
+    test_batch = int(training.get("test_batch_size", 1))
+    max_len = training.get("max_seq_len")
+    epochs = int(training.get("epochs", 1))
+    pad = pad_to_multiple(training)
+    valid_ds = distribute.lm_dataset_for(strategy, corpus.valid, eval_batch, bptt, train=False,
+                                         pad_to_multiple=pad)
+    positions = (len(corpus.train) // batch) - 1
+    speed = WordsPerSecond(tokens_per_epoch=batch * positions)
+    board = keras.callbacks.TensorBoard(log_dir=str(out / "logs"),
+                                        histogram_freq=int(training.get("histograms", 0)))
+    extras = [] if trigger is None else [trigger]
+    extras += [EmbeddingProjector(out / "logs", vocabulary),
+               TopPredictionsText(out / "logs", fixed_contexts(corpus.valid), vocabulary)]
+    history, best = state["history"], state["best"]
+    for epoch in range(state["epoch"], epochs):
+        train_ds = distribute.lm_dataset_for(strategy, corpus.train, batch, bptt, train=True,
+                                             seed=seed, epoch=epoch, max_len=max_len,
+                                             pad_to_multiple=pad)
+        hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
+                         epochs=epoch + 1, verbose=verbose,
+                         callbacks=[StopOnNaN(), speed, *extras[:1], board, *extras[1:]])
+        logs = {k: float(v[-1]) for k, v in hist.history.items()}
+        logs["epoch"] = epoch + 1
+        logs["learning_rate"] = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+        history.append(logs)
+        if best is None or logs["val_perplexity"] < best["val_perplexity"]:
+            best = logs
+            with averaged_weights(model):  # the averaged model, once averaging has started
+                model.save(out / "best.keras")
+        checkpoint.save_checkpoint(out, model, {
+            "epoch": epoch + 1, "history": history, "best": best, "fingerprint": print_,
+            "trigger": None if trigger is None else trigger.get_state()})
+        if getattr(trigger, "stopped", False):
+            break
+    with averaged_weights(model):
+        model.save(out / "final.keras")
+
+    best_model = load_model(out / "best.keras")
+    results = {"preset": config.get("preset"), "corpus": corpus.name,
+               "vocab_size": len(vocabulary), "parameters": int(model.count_params()),
+               "optimal_perplexity": optimal, "best_epoch": best["epoch"],
+               "words_per_second": speed.last or best.get("words_per_second"),
+               "history": history}
+    results["train_perplexity"] = best["perplexity"]
+    results["train_perplexity_note"] = "with dropout, averaged over the training epoch"
+    for split, size in (("valid", eval_batch), ("test", test_batch)):
+        ds = data.lm_dataset(corpus.split(split), size, bptt, train=False, pad_to_multiple=pad)
+        results[f"{split}_perplexity"] = float(
+            best_model.evaluate(ds, verbose=0, return_dict=True)["perplexity"])
+    (out / "metrics.json").write_text(json.dumps(results, indent=2))
+    return results
