@@ -4,6 +4,7 @@ Each test names the private API it guards: when a Keras release renames, moves o
 one of them, the test with that name fails here instead of training going wrong later."""
 
 import inspect
+import re
 
 import keras
 import numpy as np
@@ -114,3 +115,29 @@ def test_tensorflow_trainer_builds_through_maybe_symbolic_build():
     model.compile(optimizer="sgd", loss="mse")
     model.fit(np.zeros((4, 2), "float32"), np.zeros((4, 2), "float32"), verbose=0)
     assert calls, "Keras no longer calls _maybe_symbolic_build from fit"
+
+
+def _product_sources():
+    from tests.conftest import REPO
+    for folder in ("tflm", "zoo", "tools", "bench"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            yield path.relative_to(REPO).as_posix(), path.read_text(encoding="utf-8")
+
+
+def test_private_apis_are_used_only_in_the_compat_module():
+    private = [r"keras\.src\b", r"\btorch\._[a-zA-Z]", r"\._flatten_layers\b",
+               r"\._get_variable_index\b", r"_symbolic_build\b", r"\._distribute_strategy\b",
+               r"\._jax_state", r"\._iterations\b", r"\._trainable_variables\b",
+               r"set_keras_mask", r"_in_multi_worker_mode"]
+    offenders = [f"{name}: {pattern}" for name, text in _product_sources()
+                 if name != "tflm/compat.py" for pattern in private
+                 if re.search(pattern, text)]
+    assert not offenders, offenders
+
+
+def test_no_backend_checks_in_the_language_model_or_the_layers():
+    offenders = [name for name, text in _product_sources()
+                 if (name == "tflm/language_model.py" or name.startswith("tflm/layers/")
+                     or name.startswith("zoo/awd_lstm") or name == "zoo/backbone.py")
+                 and "backend.backend()" in text]
+    assert not offenders, offenders

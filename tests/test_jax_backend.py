@@ -33,6 +33,11 @@ def test_jax_fit_carries_state_evaluates_predicts_and_saves(tmp_path):
         names = [v.name for v in m.non_trainable_variables if "stream_state" in v.name]
         assert len(names) == 8, names   # (h, c) x 2 layers x (train, eval)
         ev = m.evaluate(x, y, batch_size=2, verbose=0, return_dict=True)
+        # A generator: its first batch tells the batch size, and the pass still sees it.
+        gen = ((x[i:i+2], y[i:i+2]) for i in range(0, len(x), 2))
+        ev_gen = m.evaluate(gen, verbose=0, return_dict=True)
+        assert abs(ev_gen["perplexity"] - ev["perplexity"]) < 1e-4 * ev["perplexity"], (
+            ev_gen, ev)
         # The same pass by hand on the eager path, carrying the state (and not carrying it).
         m.reset_stream_states()
         carried = np.concatenate([keras.ops.convert_to_numpy(m(x[i:i+2]))

@@ -75,3 +75,24 @@ def test_plif_preset_gives_the_slopes_their_own_learning_rate():
     plif = [m for p, m in multipliers.items() if "plif" in p]
     assert plif and all(m * preset["training"]["lr"] == pytest.approx(0.02) for m in plif)
     assert all(m == 1.0 for p, m in multipliers.items() if "plif" not in p)
+
+
+def test_import_zoo_is_cheap_and_load_model_registers_the_classes(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    model = zoo.AWDLSTM(V, **TINY)
+    model.build()
+    model.save(tmp_path / "m.keras")
+    code = f"""if True:
+        import sys, zoo
+        assert zoo.list_presets() and zoo.load_preset("synthetic")["model"]
+        assert "keras" not in sys.modules, "import zoo imported Keras"
+        model = zoo.load_model({str(tmp_path / "m.keras")!r})
+        print(type(model).__name__, type(model.backbone).__name__, model.vocab_size)
+    """
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-3:] == ["AWDLSTM", "AWDLSTMBackbone", str(V)]

@@ -37,9 +37,10 @@ def rnn_loop(step_function, inputs, initial_states, *, mask, go_backwards, unrol
     """
     # keras.src.backend.rnn: the loop keras.layers.LSTM itself runs when no fused kernel
     # applies, with Keras' masking, go_backwards and unroll semantics on every backend
-    # (tf.while_loop, lax.scan, a Python loop). The public keras.ops.scan has no mask and
-    # no unroll-by-Python, so the portable WeightDropLSTM path would have to re-implement
-    # and re-test all of it to stay equal to keras.layers.LSTM.
+    # (tf.while_loop, lax.scan, a Python loop). The public keras.ops.scan has no mask, on
+    # TensorFlow its per-step outputs must mirror the carry (c would be stacked too), and
+    # measured on this project's CPU (batch 20, 35 steps, 400 units, forward + backward)
+    # it was no faster on TensorFlow or JAX and 1.4-1.8x slower on PyTorch.
     from keras.src import backend
     return backend.rnn(step_function, inputs, list(initial_states), go_backwards=go_backwards,
                        mask=mask, unroll=unroll, input_length=inputs.shape[1],
