@@ -180,8 +180,12 @@ def test_epoch_trigger_across_per_epoch_fit_calls(tmp_path):
             pytest.approx(val[-1], rel=1e-5)
 
 
-def test_under_torch_backend():
-    out = run_in_backend("torch", """
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_under_other_backends(backend):
+    # On JAX the averaging start once shared its buffer with the iteration counter it was
+    # copied from (and the averages with the weights), and the jitted step, which donates
+    # both, failed at the switch: "Attempt to donate the same buffer twice".
+    out = run_in_backend(backend, """
         import numpy as np, keras, torch
         from tflm import data
         from tflm.optimizers import AveragedSGD, averaged_weights

@@ -69,6 +69,14 @@ def _check_multipliers(multipliers):
     return out
 
 
+def _copy_of(variable):
+    """A fresh tensor holding `variable`'s value. Assigning a variable's own tensor to
+    another would make both share one buffer on JAX, and a jitted step given both (Keras
+    donates the weights and the optimizer's variables) fails: "donate the same buffer
+    twice"."""
+    return ops.copy(ops.convert_to_tensor(variable))
+
+
 class _Untracked:
     """A list kept out of the optimizer's variable tracking (a list attribute of model
     variables would add them to `optimizer.variables`)."""
@@ -301,7 +309,7 @@ class AveragedSGD(SGD):
     def _copy_weights_into_averages(self):
         for variable, average in zip(self._built_on.items, self._averages):
             if average is not None:
-                average.assign(variable)
+                average.assign(_copy_of(variable))
 
     def start_averaging_now(self):
         """Average from the next step on (k = 1 at the next step). No-op when averaging is
@@ -316,7 +324,8 @@ class AveragedSGD(SGD):
         if self._average_loaded:
             raise RuntimeError("cannot restart averaging while the averaged weights are "
                                "loaded into the model; leave `averaged_weights` first.")
-        self._averaging_start.assign(ops.cast(self.iterations, self._averaging_start.dtype))
+        self._averaging_start.assign(
+            ops.copy(ops.cast(self.iterations, self._averaging_start.dtype)))
         self._average_count.assign(ops.zeros((), self._average_count.dtype))
         if self.built:
             self._copy_weights_into_averages()
@@ -349,7 +358,7 @@ class AveragedSGD(SGD):
         """
         for variable, average in self.averaged_pairs(variables):
             raw = ops.copy(ops.convert_to_tensor(variable))
-            variable.assign(ops.convert_to_tensor(average))
+            variable.assign(_copy_of(average))
             average.assign(raw)
 
     def load_average_weights(self):
@@ -361,7 +370,7 @@ class AveragedSGD(SGD):
         pairs = self.averaged_pairs()
         backup = [ops.copy(ops.convert_to_tensor(v)) for v, _ in pairs]
         for variable, average in pairs:
-            variable.assign(ops.convert_to_tensor(average))
+            variable.assign(_copy_of(average))
         self._average_loaded = True
         return backup
 
@@ -436,6 +445,6 @@ def start_finetune(model):
         opt.build(model.trainable_variables)
     if opt.has_average:
         for variable, average in opt.averaged_pairs():
-            variable.assign(ops.convert_to_tensor(average))
+            variable.assign(_copy_of(average))
     opt.restart_averaging()
     return opt
