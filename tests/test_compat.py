@@ -91,6 +91,8 @@ def test_symbolic_scope_is_visible():
         assert compat.in_symbolic_scope()
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="the hook belongs to Keras' TensorFlow trainer")
 def test_tensorflow_trainer_builds_through_maybe_symbolic_build():
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
     hook = TensorFlowTrainer._maybe_symbolic_build
