@@ -1,8 +1,8 @@
 """Every Python snippet of README.md runs, in order, in one fresh process.
 
 The snippets show full-size settings; the run keeps their code as written and only makes
-the data small: `tflm.data.load_corpus` returns a small synthetic corpus and `fit` runs two
-steps of one epoch (patched in the child process, for this test only)."""
+the data small: `tflm.data.load_corpus` returns a small synthetic corpus and `fit` runs one
+step of one epoch (patched in the child process, for this test only)."""
 
 import os
 import re
@@ -20,11 +20,11 @@ _corpus = tflm.data.markov_language(50, seed=0).to_corpus(
 tflm.data.load_corpus = lambda *args, **kwargs: _corpus
 _fit = keras.Model.fit
 
-def _two_steps(self, *args, **kwargs):
-    kwargs.update(epochs=1, steps_per_epoch=2, validation_steps=2, verbose=0)
+def _one_step(self, *args, **kwargs):
+    kwargs.update(epochs=1, steps_per_epoch=1, validation_steps=1, verbose=0)
     return _fit(self, *args, **kwargs)
 
-keras.Model.fit = _two_steps
+keras.Model.fit = _one_step
 """
 
 

@@ -39,8 +39,8 @@ def rnn_loop(step_function, inputs, initial_states, *, mask, go_backwards, unrol
     # applies, with Keras' masking, go_backwards and unroll semantics on every backend
     # (tf.while_loop, lax.scan, a Python loop). The public keras.ops.scan has no mask, on
     # TensorFlow its per-step outputs must mirror the carry (c would be stacked too), and
-    # measured on this project's CPU (batch 20, 35 steps, 400 units, forward + backward)
-    # it was no faster on TensorFlow or JAX and 1.4-1.8x slower on PyTorch.
+    # it is no faster: `python bench/bench_lstm_loop.py` (bench/RESULTS.md) measured scan /
+    # rnn at 0.87-1.13x on TensorFlow, 0.98-1.02x on JAX and 1.22-1.33x on PyTorch.
     from keras.src import backend
     return backend.rnn(step_function, inputs, list(initial_states), go_backwards=go_backwards,
                        mask=mask, unroll=unroll, input_length=inputs.shape[1],
