@@ -1,6 +1,6 @@
 """The portable LSTM loop: Keras' RNN loop (`tflm.compat.rnn_loop`) against `keras.ops.scan`.
 
-Why `WeightDropLSTM`'s portable path keeps the private `keras.src.backend.rnn` (through
+Why `WeightDropLSTM`'s portable path keeps Keras' private backend RNN loop (through
 `tflm.compat`) instead of the public `keras.ops.scan`: one window forward + backward
 (batch B, T steps, n units, input n, loss = sum of squared outputs), both loops with the
 same step function, interleaved, median of the repeats, one process per backend (a compiled
