@@ -301,6 +301,13 @@ def clip_grad_norm(parameters, max_norm):
     return norm
 
 
+def _carried(states, batch_size):
+    """The carried LSTM states, or None (start from zero) when the batch size changed."""
+    if states is not None and states[0][0].shape[0] != batch_size:
+        return None
+    return states
+
+
 class NativeTrainer:
     """The AWD-LSTM training step and evaluation around a `NativeAWDLSTM`.
 
@@ -334,9 +341,7 @@ class NativeTrainer:
         """One window; returns (loss, nll) as 0-d tensors (not synchronized)."""
         model = self.model
         model.train()
-        states = self.train_states
-        if states is not None and states[0][0].shape[0] != x.shape[0]:
-            states = None
+        states = _carried(self.train_states, x.shape[0])
         with self._autocast(x.device):
             log_probs, new_states, extra = self.forward(x, states)
         nll = F.nll_loss(log_probs.reshape(-1, log_probs.shape[-1]), y.reshape(-1))
@@ -356,9 +361,7 @@ class NativeTrainer:
         """Summed NLL over the window (carrying the evaluation state)."""
         model = self.model
         model.eval()
-        states = self.eval_states
-        if states is not None and states[0][0].shape[0] != x.shape[0]:
-            states = None
+        states = _carried(self.eval_states, x.shape[0])
         with self._autocast(x.device):
             log_probs, new_states, _ = self.forward(x, states)
         self.eval_states = new_states

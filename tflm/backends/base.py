@@ -22,6 +22,7 @@ A new backend is one module in this folder with one subclass of `Backend`, regis
 
 import keras
 
+from tflm import compat
 from tflm.backends.streams import EagerStreamState
 
 
@@ -71,3 +72,14 @@ class Backend:
         `cell`'s weights with `recurrent_kernel` in place of U; `NotImplementedError` where
         none applies (then `tflm.backends.lstm_kernels` runs the portable loop)."""
         raise NotImplementedError(f"no fused LSTM kernel on {self.name}")
+
+    @staticmethod
+    def keras_fused_lstm(cell, inputs, initial_state, mask, recurrent_kernel, *,
+                         return_sequences, go_backwards, unroll):
+        """Keras' own fused (cuDNN) LSTM for `cell` with `recurrent_kernel` as U:
+        `(last, outputs, [h, c])`, or `NotImplementedError` where it does not apply."""
+        return compat.fused_lstm(
+            inputs, initial_state[0], initial_state[1], mask, cell.kernel, recurrent_kernel,
+            cell.bias, activation=cell.activation,
+            recurrent_activation=cell.recurrent_activation,
+            return_sequences=return_sequences, go_backwards=go_backwards, unroll=unroll)

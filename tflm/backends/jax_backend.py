@@ -18,7 +18,6 @@ one and clipping would be per shard.
 import jax
 import keras
 
-from tflm import compat
 from tflm.backends import jax_lstm
 from tflm.backends.base import Backend
 from tflm.backends.gradients import loss_scale, process_gradients
@@ -110,10 +109,8 @@ class JaxBackend(Backend):
         """Keras' cuDNN LSTM (unmasked), else cuDNN with per-sequence lengths for a mask of
         real positions (`tflm.backends.jax_lstm`); both on a GPU only."""
         try:
-            last, outputs, states = compat.fused_lstm(
-                inputs, initial_state[0], initial_state[1], mask, cell.kernel,
-                recurrent_kernel, cell.bias, activation=cell.activation,
-                recurrent_activation=cell.recurrent_activation,
+            last, outputs, states = self.keras_fused_lstm(
+                cell, inputs, initial_state, mask, recurrent_kernel,
                 return_sequences=return_sequences, go_backwards=go_backwards, unroll=unroll)
             return last, outputs, states, True
         except NotImplementedError:

@@ -3,7 +3,6 @@
 import keras
 import tensorflow as tf
 
-from tflm import compat
 from tflm.backends.base import Backend
 from tflm.backends.gradients import loss_scale, process_gradients
 from tflm.backends.tensorflow_streams import TensorFlowStreamState
@@ -96,9 +95,7 @@ class TensorFlowBackend(Backend):
 
     def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
                    return_sequences, go_backwards, unroll):
-        last, outputs, states = compat.fused_lstm(
-            inputs, initial_state[0], initial_state[1], mask, cell.kernel, recurrent_kernel,
-            cell.bias, activation=cell.activation,
-            recurrent_activation=cell.recurrent_activation,
+        last, outputs, states = self.keras_fused_lstm(
+            cell, inputs, initial_state, mask, recurrent_kernel,
             return_sequences=return_sequences, go_backwards=go_backwards, unroll=unroll)
         return last, outputs, states, False  # cuDNN ops are not XLA-compatible

@@ -3,7 +3,6 @@
 import keras
 import torch
 
-from tflm import compat
 from tflm.backends import torch_lstm
 from tflm.backends.base import Backend
 from tflm.backends.gradients import loss_scale, process_gradients
@@ -41,9 +40,7 @@ class TorchBackend(Backend):
                 None if cell.bias is None else keras.ops.convert_to_tensor(cell.bias),
                 return_sequences=return_sequences)
             return last, outputs, states, True
-        last, outputs, states = compat.fused_lstm(
-            inputs, initial_state[0], initial_state[1], mask, cell.kernel, recurrent_kernel,
-            cell.bias, activation=cell.activation,
-            recurrent_activation=cell.recurrent_activation,
+        last, outputs, states = self.keras_fused_lstm(
+            cell, inputs, initial_state, mask, recurrent_kernel,
             return_sequences=return_sequences, go_backwards=go_backwards, unroll=unroll)
         return last, outputs, states, True
