@@ -1,4 +1,5 @@
-"""MirroredStrategy on two logical CPUs equals one device; multi-worker on localhost."""
+"""MirroredStrategy on two logical CPUs equals one device (dropout off and on); multi-worker
+on localhost."""
 
 import json
 import os
@@ -11,10 +12,13 @@ import pytest
 
 from tests.conftest import REPO
 
+# One subprocess (TensorFlow's logical devices are fixed at start-up) for every
+# MirroredStrategy check on two logical CPUs; each test reads its part of the result.
 MIRRORED = """
 import json, numpy as np, keras, tensorflow as tf
 from tflm import distribute
 distribute.use_logical_cpus(2)
+from tflm.layers import EmbeddingDropout, LockedDropout, WeightDropLSTM
 from zoo.awd_lstm import AWDLSTM
 kw = dict(embed_dim=8, hidden_dim=12, num_layers=2, seed=3, bptt=10, dropout=0, dropout_h=0,
           dropout_i=0, dropout_e=0, weight_dropout=0, clip_norm=0.1, weight_decay=0.01)
@@ -37,6 +41,72 @@ out["weight_diff"] = float(max(np.abs(a - b).max() for a, b in
                                zip(single.get_weights(), multi.get_weights())))
 out["eval_after"] = [single.evaluate(ds, verbose=0, return_dict=True)["perplexity"],
                      multi.evaluate(ds, verbose=0, return_dict=True)["perplexity"]]
+
+# Dropout on. Replica r holds streams [4 r, 4 r + 4) of a global batch of 8. Each layer runs
+# two training steps under strategy.run in a tf.function (as fit does) next to a one-device
+# twin with the same seed on the same global batch.
+rng = np.random.default_rng(1)
+
+def replicated(layer, *inputs):
+    blocks = lambda a: lambda ctx: a[4 * ctx.replica_id_in_sync_group:][:4]
+    per_replica = [strategy.experimental_distribute_values_from_function(blocks(a))
+                   for a in inputs]
+    step = tf.function(lambda *a: strategy.run(lambda *b: layer(*b, training=True), args=a))
+    return [np.concatenate([t.numpy() for t in strategy.experimental_local_results(step(
+        *per_replica))]) for _ in range(2)]
+
+def one_device(layer, *inputs):
+    return [np.asarray(layer(*inputs, training=True)) for _ in range(2)]
+
+x = np.ones((8, 3, 256), "float32")  # the same input on both replicas
+with strategy.scope():
+    locked = LockedDropout(0.5, seed=1)
+got, ref = replicated(locked, x), one_device(LockedDropout(0.5, seed=1), x)
+out["locked"] = {
+    "agree": [float((m[:4] == m[4:]).mean()) for m in got],
+    "kept": [float((m > 0).mean()) for m in got],
+    "values_ok": all(bool(np.isin(m, [0.0, 2.0]).all()) for m in got),
+    "constant_in_time": all(bool((m == m[:, :1]).all()) for m in got),
+    "steps_differ": bool((got[0] != got[1]).any()),
+    "equals_single": all(bool((m == o).all()) for m, o in zip(got, ref))}
+
+half = rng.integers(0, 50, size=(4, 6)).astype("int32")
+ids, emb = np.concatenate([half, half]), np.ones((8, 6, 2), "float32")
+with strategy.scope():
+    drop_e = EmbeddingDropout(50, rate=0.5, seed=2)
+got = replicated(drop_e, ids, emb)
+ref = one_device(EmbeddingDropout(50, rate=0.5, seed=2), ids, emb)
+out["embedding"] = {
+    "halves_equal": all(bool((m[:4] == m[4:]).all()) for m in got),
+    "some_dropped": all(0.0 < float((m == 0).mean()) < 1.0 for m in got),
+    "equals_single": all(bool((m == o).all()) for m, o in zip(got, ref))}
+
+z = rng.normal(size=(4, 5, 3)).astype("float32")
+seqs = np.concatenate([z, z])  # streams b and b + 4 are the same sequence
+lkw = dict(weight_dropout=0.5, seed=5, return_sequences=True)
+with strategy.scope():
+    lstm = WeightDropLSTM(6, **lkw); lstm.build((None, None, 3))
+twin = WeightDropLSTM(6, **lkw); twin.build((None, None, 3)); twin.set_weights(lstm.get_weights())
+got, ref = replicated(lstm, seqs), one_device(twin, seqs)
+out["weight_drop"] = {
+    "halves_equal": all(bool((m[:4] == m[4:]).all()) for m in got),
+    "dropped": bool(np.abs(got[0] - np.asarray(twin(seqs, training=False))).max() > 1e-3),
+    "max_diff_single": float(max(np.abs(m - o).max() for m, o in zip(got, ref)))}
+
+# a real fit with every dropout on: the replicated run equals the one-device run
+kw.update(dropout=0.4, dropout_h=0.3, dropout_i=0.5, dropout_e=0.2, weight_dropout=0.5)
+data = rng.integers(0, 30, size=(8, 31)).astype("int32")
+xs = np.stack([data[:, i:i+10] for i in range(0, 30, 10)])
+ys = np.stack([data[:, i+1:i+11] for i in range(0, 30, 10)])
+ds = tf.data.Dataset.from_tensor_slices((xs, ys))
+single = AWDLSTM(30, **kw); single.build(); single.compile(optimizer=keras.optimizers.SGD(2.0))
+with strategy.scope():
+    multi = AWDLSTM(30, **kw); multi.build(); multi.set_weights(single.get_weights())
+    multi.compile(optimizer=keras.optimizers.SGD(2.0))
+h1, h2 = single.fit(ds, epochs=2, verbose=0).history, multi.fit(ds, epochs=2, verbose=0).history
+out["fit_dropout"] = {"loss": [h1["loss"], h2["loss"]],
+                      "weight_diff": float(max(np.abs(a - b).max() for a, b in
+                                               zip(single.get_weights(), multi.get_weights())))}
 print("RESULT " + json.dumps(out))
 """
 
@@ -55,8 +125,13 @@ def _result(proc, timeout=300):
     return json.loads(line[7:])
 
 
-def test_mirrored_two_cpus_equals_single_device():
-    r = _result(_run(MIRRORED))
+@pytest.fixture(scope="module")
+def mirrored():
+    return _result(_run(MIRRORED))
+
+
+def test_mirrored_two_cpus_equals_single_device(mirrored):
+    r = mirrored
     assert r["replicas"] == 2
     assert r["eval"][1] == pytest.approx(r["eval"][0], rel=1e-6)
     for a, b in zip(r["fit"][0], r["fit"][1]):
@@ -65,6 +140,38 @@ def test_mirrored_two_cpus_equals_single_device():
         assert b == pytest.approx(a, rel=1e-5)
     assert r["weight_diff"] < 1e-5
     assert r["eval_after"][1] == pytest.approx(r["eval_after"][0], rel=1e-5)
+
+
+def test_mirrored_locked_dropout_masks_are_per_stream(mirrored):
+    """LockedDropout (and so the MoS / DOC / MixTape latent dropout) draws one mask per
+    stream: streams b and b + B/2, on different replicas, must not share it, yet each mask
+    is constant over time with keep rate 1 - p, and the masks are those one device draws for
+    the same global batch."""
+    r = mirrored["locked"]
+    for agree, kept in zip(r["agree"], r["kept"]):
+        # independent Bernoulli(0.5) masks agree with probability 0.5 (sd 0.016 over 1024)
+        assert 0.4 < agree < 0.6
+        assert 0.45 < kept < 0.55
+    assert r["values_ok"] and r["constant_in_time"] and r["steps_differ"]
+    assert r["equals_single"]
+
+
+def test_mirrored_shared_masks_stay_shared(mirrored):
+    """The DropConnect mask on U (WeightDropLSTM) and the embedding row mask are one per
+    forward for the whole batch, as in the reference: the same sequence on both replicas
+    gives the same output, equal to one device's."""
+    e, w = mirrored["embedding"], mirrored["weight_drop"]
+    assert e["halves_equal"] and e["some_dropped"] and e["equals_single"]
+    assert w["halves_equal"] and w["dropped"]
+    assert w["max_diff_single"] < 1e-6
+
+
+def test_mirrored_fit_with_dropout_equals_single_device(mirrored):
+    """Every dropout on: a replicated fit draws the one-device masks, so it trains alike."""
+    r = mirrored["fit_dropout"]
+    for a, b in zip(*r["loss"]):
+        assert b == pytest.approx(a, rel=1e-5)
+    assert r["weight_diff"] < 1e-5
 
 
 MULTI_WORKER = """

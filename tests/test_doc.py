@@ -137,7 +137,7 @@ def test_gradients_finite():
     gradients_finite(lambda: layer(xs, training=True)[..., :5], layer.trainable_weights)
 
 
-def test_latent_dropout_masks_each_component():
+def test_latent_dropout_mask_is_shared_by_components_and_time_as_in_the_reference():
     rng = np.random.default_rng(6)
     xs = _inputs(rng)
     layer = DOCLayer((2, 1, 3), vocab_size=V, latent_dim=16, latent_dropout=0.5, seed=0)
@@ -145,7 +145,9 @@ def test_latent_dropout_masks_each_component():
     comps = np.asarray(layer.components(xs, training=True))            # (B, T, R, L)
     assert comps.shape == (3, 4, 6, 16)
     dropped = comps == 0.0
-    assert np.all(dropped == dropped[:, :1]) and not np.all(dropped == dropped[:, :, :1])
+    assert np.all(dropped == dropped[:, :1]) and np.all(dropped == dropped[:, :, :1])
+    assert not np.all(dropped == dropped[:1])  # but one mask per sequence
+    assert 0.3 < dropped[:, 0, 0].mean() < 0.7
     assert_log_probs(layer(xs, training=True))
 
 

@@ -97,7 +97,8 @@ def test_optimizer_memory_does_not_grow_with_steps():
     sizes = [int(np.prod(v.shape)) for v in opt.variables]
     _run(opt, 25, var)
     assert [int(np.prod(v.shape)) for v in opt.variables] == sizes
-    assert len(opt.variables) == 4 + 1  # iteration, lr, start, count + one average
+    # iteration, lr, start, count, previous window scale + one average
+    assert len(opt.variables) == 5 + 1
 
 
 def test_swap_is_an_exact_involution_and_context_manager_restores_bits():

@@ -6,6 +6,7 @@ import pytest
 import keras
 from tflm import losses as tflm_losses
 from tflm.layers import PLIFHead, PLIFLayer, TiedEmbedding, learning_rate_multipliers
+from tests.backends import run_in_backend
 from tests.test_heads_backends import (assert_close_log_probs, assert_log_probs,
                                        check_mixed_precision, check_training_step,
                                        gradients_finite, np_log_softmax, np_softplus,
@@ -114,6 +115,76 @@ def test_huge_logits_and_gradients():
     s = np.asarray(layer.slopes(), np.float64)
     i = np.clip(np.floor((np.asarray(small) + T) / (2 * T / K)), 0, K - 1).astype(int)
     np.testing.assert_allclose(np.asarray(grads[0]), s[i], rtol=1e-5)
+
+
+def test_slope_gradients_match_formula():
+    """d sum f / d s_j = D #{i > j} + sum_{i = j} u: the exact knot sums pass gradients on."""
+    import tensorflow as tf
+    layer = make_layer()
+    l = (4.0 * np.random.default_rng(9).normal(size=(3, V))).astype("float32")
+    with tf.GradientTape() as tape:
+        f = tf.reduce_sum(layer.transform(l))
+    grad = np.asarray(tape.gradient(f, layer.pre_slopes.value), np.float64)
+    d = 2 * T / K
+    i = np.clip(np.floor((l.astype(np.float64) + T) / d), 0, K - 1).astype(int).ravel()
+    u = l.astype(np.float64).ravel() - (-T + i * d)
+    ds = d * (i[:, None] > np.arange(K)).sum(0) + np.bincount(i, weights=u, minlength=K)
+    v = np.asarray(layer.pre_slopes, np.float64)
+    np.testing.assert_allclose(grad, ds / (1 + np.exp(-v)), rtol=1e-5, atol=1e-6)
+
+
+# The preset's PLIF (zoo/presets/awd_lstm_plif_ptb.json: K = 100,000 on [-20, 20]) with slopes
+# from the layer's initializer at a realistic spread, on logits in [-30, 30] (a quarter of
+# them within 3e-6 of a knot). Run by every backend; writes log-probs and slopes to argv[1].
+K100K_SRC = """
+import sys
+import numpy as np
+import keras
+from tflm.layers import PLIFLayer
+
+rng = np.random.default_rng(0)
+near_knot = -20.0 + 4e-4 * rng.integers(0, 100_001, (4, 500))
+logits = np.concatenate([rng.uniform(-30.0, 30.0, (4, 1500)),
+                         near_knot + rng.uniform(-3e-6, 3e-6, (4, 500))], -1).astype("float32")
+layer = PLIFLayer(num_intervals=100_000, bound=20.0, init_scale=1.0, seed=0)
+log_probs = keras.ops.convert_to_numpy(layer(logits))       # log_softmax(f(l)), as PLIFHead
+np.savez(sys.argv[1], logits=logits, log_probs=log_probs,
+         pre_slopes=keras.ops.convert_to_numpy(layer.pre_slopes))
+"""
+K100K_BACKENDS = ("tensorflow", "jax", "torch")
+
+
+@pytest.fixture(scope="module")
+def k100k_runs(tmp_path_factory):
+    """K100K_SRC under every backend: here for this process's backend, the others in
+    subprocesses started together (most of their time is importing Keras)."""
+    from concurrent.futures import ThreadPoolExecutor
+    folder = tmp_path_factory.mktemp("plif_k100k")
+
+    def run(backend):
+        target = str(folder / f"{backend}.npz")
+        code = f"import sys; sys.argv = ['x', {target!r}]\n" + K100K_SRC
+        if backend == keras.backend.backend():
+            exec(code, {})
+        else:
+            run_in_backend(backend, code)
+        return target
+
+    with ThreadPoolExecutor(len(K100K_BACKENDS)) as pool:
+        return {b: pool.submit(run, b) for b in K100K_BACKENDS}
+
+
+@pytest.mark.parametrize("backend", K100K_BACKENDS)
+def test_log_probs_at_reference_size_match_float64(backend, k100k_runs):
+    """K = 100,000: log-probs within 2e-5 of float64 on every backend (5e-6 to 9e-6 measured;
+    a float32 running sum of the knots left them 1.6e-4 off on TensorFlow)."""
+    out = np.load(k100k_runs[backend].result())          # re-raises a skip or failure
+    v = out["pre_slopes"]
+    assert v.shape == (100_000,) and 0.5 < np_softplus(v).std() < 0.75    # realistic spread
+    expected = np_log_softmax(ref_f(out["logits"], v, 100_000, 20.0))
+    assert_log_probs(out["log_probs"], expected.shape)
+    err = np.abs(out["log_probs"] - expected).max()
+    assert err <= 2e-5, f"max |log P - float64 reference| = {err:.3g} under {backend}"
 
 
 def test_frozen_slopes_are_not_trainable_and_do_not_move():

@@ -187,10 +187,18 @@ def test_et_asgd_run_then_finetune(tmp_path, capsys):
     best_logged = min(h["val_perplexity"] for h in metrics["history"])
     assert best.evaluate(ds, verbose=0, return_dict=True)["perplexity"] == \
         pytest.approx(best_logged, rel=1e-5)
-    code = train.main(["--finetune", str(out), "--epochs", "2", "--quiet"])
+    # Finetuning keeps the model it starts from unless an epoch beats it (the references'
+    # stored_loss starts at evaluate(val_data)): with lr 0 no epoch does.
+    code = train.main(["--finetune", str(out), "--epochs", "2", "--quiet",
+                       "--set", "training.lr=0"])
     assert code == 0, capsys.readouterr().err
     tuned = json.loads((out / "finetune" / "metrics.json").read_text())
     assert tuned["history"][0]["averaging"] == 1.0
+    assert tuned["best_epoch"] == 0
+    assert tuned["valid_perplexity"] == pytest.approx(best_logged, rel=1e-5)
+    kept = keras.saving.load_model(out / "finetune" / "best.keras")
+    for a, b in zip(kept.get_weights(), best.get_weights()):
+        np.testing.assert_array_equal(a, b)
     assert json.loads((out / "finetune" / "config.json").read_text())["finetune"]["from"]
 
 

@@ -22,8 +22,10 @@ theta_2..theta_k. `AveragedSGD` reproduces it: `average_count` holds k, and avg_
 variable's dtype; torch rounds a double to float32, which can differ in the last bit.)
 
 The gradient g of every step is whatever the train step hands to `apply`; in
-`LanguageModel` that is the clipped gradient plus the L2 term, times T / bptt, which equals
-the reference's per-window learning rate and its ASGD `weight_decay`.
+`LanguageModel` that is the clipped gradient plus the L2 term, times the window's factor:
+T / bptt while plain SGD runs (the reference's per-window learning rate), and once
+averaging runs the factor torch.optim.ASGD really applies, T(k-1) / bptt, one window late
+(`AveragedSGD.lagged_window_scale`), with its `weight_decay` inside the same factor.
 """
 
 import contextlib
@@ -242,6 +244,9 @@ class AveragedSGD(SGD):
         self._average_count = self.add_variable(
             shape=(), dtype=self.iterations.dtype, name="average_count",
             initializer="zeros", aggregation="only_first_replica")
+        self._previous_window_scale = self.add_variable(
+            shape=(), dtype="float32", name="previous_window_scale", initializer="ones",
+            aggregation="only_first_replica")
         self._averages = []
         self._average_loaded = False
 
@@ -270,6 +275,22 @@ class AveragedSGD(SGD):
         blended = ops.add(old, ops.multiply(ops.subtract(theta, old), mu))
         new = ops.where(ops.less_equal(k, 1), theta, blended)  # torch copies when mu == 1
         self.assign(average, ops.where(self._averaging_active(), new, old))
+
+    def lagged_window_scale(self, window_scale):
+        """The step-size factor torch.optim.ASGD gives this window: T(k-1) / bptt.
+
+        The references set the group's lr to lr * T(k) / bptt before `optimizer.step()` and
+        restore it after; SGD uses it at once, but ASGD steps with the eta it stored at the
+        end of the previous step (eta = that step's group lr, lambd = 0), and a fresh ASGD
+        stores the first step's own lr. So averaged step k = 1 is scaled by T(1) / bptt and
+        step k >= 2 by T(k-1) / bptt. Called by the train step with T(k) / bptt (before
+        `apply`); returns the factor to use and remembers T(k) / bptt."""
+        scale = ops.cast(window_scale, "float32")
+        lag = ops.logical_and(self._averaging_active(), ops.greater_equal(
+            ops.convert_to_tensor(self._average_count), 1))
+        out = ops.where(lag, ops.convert_to_tensor(self._previous_window_scale), scale)
+        self._previous_window_scale.assign(scale)
+        return out
 
     def apply(self, grads, trainable_variables=None):
         if len(grads) == 0:

@@ -10,7 +10,8 @@ from zoo.heads import make_head
 
 # Constructor arguments that belong to the backbone (the rest configure the task).
 BACKBONE_ARGS = ("embed_dim", "hidden_dim", "num_layers", "last_dim", "tie_weights", "dropout",
-                 "dropout_h", "dropout_i", "dropout_e", "weight_dropout", "use_cudnn", "seed")
+                 "dropout_h", "dropout_i", "dropout_e", "weight_dropout", "use_cudnn", "seed",
+                 "init", "lstm_biases")
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -28,10 +29,13 @@ class AWDLSTM(LanguageModel):
     Args:
         vocab_size: V.
         embed_dim, hidden_dim, num_layers, last_dim, tie_weights, dropout, dropout_h,
-            dropout_i, dropout_e, weight_dropout, use_cudnn, seed: the backbone's
-            (`zoo.AWDLSTMBackbone`; reference defaults 400, 1150, 3, None, True, 0.4, 0.3,
-            0.65, 0.1, 0.5, "auto", None). `tie_weights` also ties the head to the
-            embedding.
+            dropout_i, dropout_e, weight_dropout, use_cudnn, seed, init, lstm_biases: the
+            backbone's (`zoo.AWDLSTMBackbone`; reference defaults 400, 1150, 3, None, True,
+            0.4, 0.3, 0.65, 0.1, 0.5, "auto", None, "keras", 1). `tie_weights` also ties the
+            head to the embedding. `init="pytorch"` also initialises a head given by name
+            that has an `init` option (MoS, MoC, DOC) as the reference code does, and
+            `lstm_biases=2` trains PyTorch's two LSTM biases: with both, the model is
+            parametrized and initialised as the reference implementations.
         alpha, beta: AR and TAR coefficients (2.0, 1.0).
         head: a head name, a dict {"type": name, ...} or a head layer. Default "softmax".
         bptt, clip_norm, weight_decay, scale_by_window, carry_state, flooding_level: see
@@ -48,13 +52,14 @@ class AWDLSTM(LanguageModel):
     def __init__(self, vocab_size, embed_dim=400, hidden_dim=1150, num_layers=3,
                  last_dim=None, tie_weights=True, dropout=0.4, dropout_h=0.3, dropout_i=0.65,
                  dropout_e=0.1, weight_dropout=0.5, alpha=2.0, beta=1.0, head="softmax",
-                 use_cudnn="auto", seed=None, **kwargs):
+                 use_cudnn="auto", seed=None, init="keras", lstm_biases=1, **kwargs):
         super().__init__(**kwargs)
         self.backbone = AWDLSTMBackbone(
             vocab_size, embed_dim=embed_dim, hidden_dim=hidden_dim, num_layers=num_layers,
             last_dim=last_dim, tie_weights=tie_weights, dropout=dropout, dropout_h=dropout_h,
             dropout_i=dropout_i, dropout_e=dropout_e, weight_dropout=weight_dropout,
-            use_cudnn=use_cudnn, seed=seed, name="backbone")
+            use_cudnn=use_cudnn, seed=seed, init=init, lstm_biases=lstm_biases,
+            name="backbone")
         self.vocab_size = self.backbone.vocab_size
         self.tie_weights = self.backbone.tie_weights
         self.alpha, self.beta = float(alpha), float(beta)
@@ -84,7 +89,8 @@ class AWDLSTM(LanguageModel):
             if embedding is not None:
                 config.pop("vocab_size", None)
             return cls.from_config(config)
-        return make_head(head, embedding=embedding, vocab_size=self.vocab_size)
+        return make_head(head, embedding=embedding, vocab_size=self.vocab_size,
+                         init=self.backbone.init)
 
     def state_sizes(self):
         return self.backbone.layer_sizes()

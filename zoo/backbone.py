@@ -49,6 +49,10 @@ class AWDLSTMBackbone(keras.layers.Layer):
         use_cudnn: LSTM kernel, "auto" (fused where available), True (fused or an error),
             False (the portable loop); see `tflm.backends.lstm_kernels`. Default "auto".
         seed: seed of every dropout mask (None: nondeterministic).
+        init: "keras" (default) or "pytorch": the LSTMs' initialisation (`WeightDropLSTM`;
+            "pytorch" is `torch.nn.LSTM`'s, which every reference uses).
+        lstm_biases: 1 (Keras' single bias, default) or 2 (PyTorch's trained b_ih and b_hh,
+            as the reference LSTMs).
 
     Reference: Merity, Keskar & Socher 2018, "Regularizing and Optimizing LSTM Language
     Models" (salesforce/awd-lstm-lm, model.py RNNModel without its decoder).
@@ -56,8 +60,12 @@ class AWDLSTMBackbone(keras.layers.Layer):
 
     def __init__(self, vocab_size, embed_dim=400, hidden_dim=1150, num_layers=3,
                  last_dim=None, tie_weights=True, dropout=0.4, dropout_h=0.3, dropout_i=0.65,
-                 dropout_e=0.1, weight_dropout=0.5, use_cudnn="auto", seed=None, **kwargs):
+                 dropout_e=0.1, weight_dropout=0.5, use_cudnn="auto", seed=None, init="keras",
+                 lstm_biases=1, **kwargs):
         super().__init__(**kwargs)
+        if lstm_biases not in (1, 2):
+            raise ValueError(f"lstm_biases must be 1 (Keras) or 2 (PyTorch's b_ih and b_hh); "
+                             f"got {lstm_biases!r}.")
         if int(num_layers) < 1:
             raise ValueError(f"num_layers must be >= 1; got {num_layers}.")
         if use_cudnn not in ("auto", True, False):
@@ -74,6 +82,8 @@ class AWDLSTMBackbone(keras.layers.Layer):
         self.weight_dropout = float(weight_dropout)
         self.use_cudnn = use_cudnn
         self.seed = seed
+        self.init = init
+        self.lstm_biases = int(lstm_biases)
 
         self.embedding = TiedEmbedding(self.vocab_size, self.embed_dim, name="embedding")
         self.embedding_dropout = EmbeddingDropout(self.vocab_size, self.dropout_e,
@@ -83,7 +93,8 @@ class AWDLSTMBackbone(keras.layers.Layer):
         for i in range(self.num_layers):
             self.lstms.append(WeightDropLSTM(
                 self.layer_sizes()[i], weight_dropout=self.weight_dropout,
-                seed=_seed(seed, 10 + i), use_cudnn=use_cudnn, return_sequences=True,
+                seed=_seed(seed, 10 + i), use_cudnn=use_cudnn, init=init,
+                recurrent_bias=self.lstm_biases == 2, return_sequences=True,
                 return_state=True, name=f"lstm_{i}"))
             if i < self.num_layers - 1:
                 self.hidden_dropouts.append(LockedDropout(
@@ -131,5 +142,6 @@ class AWDLSTMBackbone(keras.layers.Layer):
             num_layers=self.num_layers, last_dim=self.last_dim, tie_weights=self.tie_weights,
             dropout=self.dropout, dropout_h=self.dropout_h, dropout_i=self.dropout_i,
             dropout_e=self.dropout_e, weight_dropout=self.weight_dropout,
-            use_cudnn=self.use_cudnn, seed=self.seed)
+            use_cudnn=self.use_cudnn, seed=self.seed, init=self.init,
+            lstm_biases=self.lstm_biases)
         return config

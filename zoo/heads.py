@@ -1,5 +1,7 @@
 """Output heads by name, for presets and `python -m zoo.train --head NAME`."""
 
+import inspect
+
 import keras
 
 from tflm import layers
@@ -22,13 +24,14 @@ def head_names():
     return sorted(n for n, (cls, _) in _HEADS.items() if hasattr(layers, cls))
 
 
-def make_head(spec, embedding=None, vocab_size=None):
+def make_head(spec, embedding=None, vocab_size=None, init=None):
     """Build an output head from a spec: a name, or a dict {"type": name, **layer kwargs}.
 
     Names: softmax, mos, moc, gss (defaults c=-1.5, k=2.5, the thesis' PTB choice), ss
     (SigSoftmax = GSS(0, 2)), plif, mixtape, doc (takes every layer's output; default
     components (0, 5, 15) for a 3-layer body). The head is tied to `embedding` when one is
-    given, else untied with `vocab_size`.
+    given, else untied with `vocab_size`. `init` ("keras" or "pytorch") is the default of
+    the heads that have an `init` argument; the spec's own `init` wins.
     """
     if isinstance(spec, keras.layers.Layer):
         return spec
@@ -45,6 +48,8 @@ def make_head(spec, embedding=None, vocab_size=None):
     if name == "ss" and (kwargs["c"], kwargs["k"]) != (0.0, 2.0):
         raise ValueError("head 'ss' is GSS(c=0, k=2); use head 'gss' for other (c, k).")
     cls = getattr(layers, class_name)
+    if init is not None and "init" in inspect.signature(cls.__init__).parameters:
+        kwargs.setdefault("init", init)
     try:
         if embedding is not None:
             return cls(embedding=embedding, **kwargs)

@@ -50,7 +50,9 @@ def build_parser():
 def summary_table(results):
     rows = [("corpus", results["corpus"]), ("parameters", f"{results['parameters']:,}"),
             ("best epoch", results["best_epoch"]),
-            ("train perplexity", f"{results['train_perplexity']:.2f} (dropout on)"),
+            ("train perplexity",
+             "- (the model finetuned from was kept)" if results["train_perplexity"] is None
+             else f"{results['train_perplexity']:.2f} (dropout on)"),
             ("valid perplexity", f"{results['valid_perplexity']:.2f}"),
             ("test perplexity", f"{results['test_perplexity']:.2f}")]
     if results.get("optimal_perplexity"):

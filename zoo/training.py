@@ -55,6 +55,20 @@ def load_for_finetune(model, run_dir, vocabulary):
     start_finetune(model)
 
 
+def finetune_baseline(model, out, strategy, valid_ids, training):
+    """The model a finetune starts from is its first best: evaluate it on the validation
+    split and save it as `best.keras`, so that an epoch is kept only when it beats it (both
+    references' finetune.py start `stored_loss` from `evaluate(val_data)`)."""
+    from tflm import distribute
+    valid = distribute.lm_dataset_for(
+        strategy, valid_ids, int(training.get("eval_batch_size", 10)),
+        int(training.get("bptt", 70)), train=False, pad_to_multiple=pad_to_multiple(training))
+    logs = model.evaluate(valid, verbose=0, return_dict=True)
+    model.save(out / "best.keras")
+    return {"epoch": 0, "val_perplexity": float(logs["perplexity"]),
+            "val_loss": float(logs["loss"])}
+
+
 def fixed_contexts(ids, count=3, length=20):
     """A few fixed validation contexts (evenly spaced) for the top-5 predictions text."""
     starts = [int(i * (len(ids) - length) / count) for i in range(count)]
@@ -120,6 +134,8 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
                 check_init_model(init_from, model, vocabulary)
             if finetune_from:
                 load_for_finetune(model, finetune_from, vocabulary)
+    if finetune_from and not resume:
+        state["best"] = finetune_baseline(model, out, strategy, corpus.valid, training)
     trigger = make_trigger(training, finetune=bool(finetune_from or config.get("finetune")))
     if trigger is not None and state.get("trigger"):
         trigger.set_state(state["trigger"])
@@ -170,10 +186,17 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
                "optimal_perplexity": optimal, "best_epoch": best["epoch"],
                "words_per_second": speed.last or best.get("words_per_second"),
                "history": history}
-    results["train_perplexity"] = best["perplexity"]
-    results["train_perplexity_note"] = "with dropout, averaged over the training epoch"
-    for split, size in (("valid", eval_batch), ("test", test_batch)):
-        ds = data.lm_dataset(corpus.split(split), size, bptt, train=False, pad_to_multiple=pad)
+    results["train_perplexity"] = best.get("perplexity")
+    results["train_perplexity_note"] = ("with dropout, averaged over the training epoch" if
+                                        best["epoch"] else "the finetuned-from model was kept")
+    final = training.get("final_evaluation", {})
+    final_bptt = int(final.get("bptt", bptt))
+    results["evaluation"] = {"bptt": final_bptt}
+    for split, size in (("valid", int(final.get("valid_batch_size", eval_batch))),
+                        ("test", int(final.get("test_batch_size", test_batch)))):
+        results["evaluation"][f"{split}_batch_size"] = size
+        ds = data.lm_dataset(corpus.split(split), size, final_bptt, train=False,
+                             pad_to_multiple=pad)
         results[f"{split}_perplexity"] = float(
             best_model.evaluate(ds, verbose=0, return_dict=True)["perplexity"])
     (out / "metrics.json").write_text(json.dumps(results, indent=2))

@@ -13,6 +13,7 @@ everything that differs between Keras backends:
     test_step(model, *args)        one evaluation step
     step_logs(model, logs)         per-step logs as the trainer wants them
     is_concrete(tensor)            whether the tensor's values are known now
+    global_batch_block()           which block of the global batch this replica holds
     fused_lstm(...)                the fused LSTM kernel, or NotImplementedError
     requires_batch_size            whether a pass must know its batch size before it starts
 
@@ -65,6 +66,17 @@ class Backend:
     # ---- tensors and kernels -------------------------------------------------------------
     def is_concrete(self, tensor):
         return True
+
+    def global_batch_block(self):
+        """`(index, count)`: the calling replica holds rows `[index b, (index + 1) b)` of a
+        global batch of `count b` rows, `b` its own batch size. `(0, 1)` where a step sees
+        the whole global batch: one device, PyTorch, JAX (whose `DataParallel` shards
+        global arrays inside one program). `index` may be a tensor.
+
+        Per-stream random draws (`tflm.layers.LockedDropout`) use it to draw for the
+        global batch and keep their own block, so each stream's mask is its own on every
+        replica, and a replicated step draws exactly the masks one device would."""
+        return 0, 1
 
     def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
                    return_sequences, go_backwards, unroll):

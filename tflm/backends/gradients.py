@@ -15,7 +15,10 @@ and summed the gradients over replicas, `process_gradients` does, in this order:
     g = g * T / bptt                        (the reference scales the learning rate of a window
                                              of T real positions by T / bptt; for SGD and
                                              averaged SGD scaling the clipped gradient is the
-                                             same update)
+                                             same update. Once `AveragedSGD` averages, the
+                                             factor is the previous window's, T(k-1) / bptt,
+                                             as torch.optim.ASGD applies its stored eta:
+                                             `AveragedSGD.lagged_window_scale`)
     g = g * loss_scale                      (the LossScaleOptimizer checks and unscales again)
 
 and the backend hands g to `optimizer.apply`.
@@ -24,6 +27,7 @@ and the backend hands g to `optimizer.apply`.
 from keras import ops
 
 from tflm.flooding import flood_sign
+from tflm.optimizers import find_averaged_optimizer
 from tflm.padding import real_position_weights
 
 
@@ -54,7 +58,14 @@ def loss_scale(optimizer):
 
 def window_scale(model, x):
     """T / bptt for a window of T real positions (padding left out; 1.0 when the model does
-    not scale)."""
+    not scale).
+
+    T is the window's real length. The references scale by the length they drew, which is
+    the real one except for the last window of an epoch, cut short by the end of the data
+    (`get_batch`'s min(seq_len, len - 1 - i)): there they step with the drawn length's
+    larger rate. We use the real length, so every token of an epoch gets the same rate;
+    the difference touches one window per epoch (the drawn length is not part of the
+    data a step receives)."""
     if not model.scale_by_window:
         return 1.0
     real = ops.sum(real_position_weights(x)) / ops.cast(ops.shape(x)[0], "float32")
@@ -76,8 +87,11 @@ def process_gradients(model, grads, variables, x, loss, num_replicas=1):
         grads = [None if g is None else g / ops.cast(scale, g.dtype) for g in grads]
     if model.flooding_level is not None:
         grads = _times(grads, flood_sign(loss, model.flooding_level))
-    grads, norm = clip_and_scale(grads, model.clip_norm,
-                                 window_scale(model, x) / float(num_replicas),
+    step = window_scale(model, x)
+    averaged = find_averaged_optimizer(model.optimizer)
+    if averaged is not None and model.scale_by_window:
+        step = averaged.lagged_window_scale(step)
+    grads, norm = clip_and_scale(grads, model.clip_norm, step / float(num_replicas),
                                  variables, model.weight_decay)
     if scale is not None:
         grads = _times(grads, scale)

@@ -81,8 +81,10 @@ class JaxBackend(Backend):
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
         (_, (loss, nll_sum, tokens, non_trainable)), grads = grad_fn(trainable, non_trainable)
-        with _optimizer_scope(model, optimizer_variables):
+        with _optimizer_scope(model, optimizer_variables) as scope:
             grads, norm = process_gradients(model, list(grads), list(trainable), x, loss)
+        # process_gradients may update optimizer state (AveragedSGD's lagged window scale)
+        optimizer_variables = [scope.get_current_value(v) for v in model.optimizer.variables]
         trainable, optimizer_variables = model.optimizer.stateless_apply(
             optimizer_variables, grads, trainable)
         logs, metrics_variables = _metric_updates(model, metrics_variables, loss, nll_sum,

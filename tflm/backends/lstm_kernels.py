@@ -21,6 +21,11 @@ from tflm import backends, compat
 
 KERNELS = ("auto", "fused", "portable")
 
+# What the kernels read of an LSTM cell: W (in, 4n), b (4n) or None, U is passed apart (it
+# may be DropConnect-ed), and the two activations. `WeightDropLSTM` hands b_ih + b_hh as b.
+CellWeights = collections.namedtuple(
+    "CellWeights", ["kernel", "bias", "activation", "recurrent_activation"])
+
 LSTMWindow = collections.namedtuple(
     "LSTMWindow", ["last_output", "outputs", "states", "kernel", "xla_compatible"])
 
@@ -35,7 +40,8 @@ def kernel_for_use_cudnn(use_cudnn):
 def lstm_window(cell, sequences, initial_state, mask, recurrent_kernel, *, kernel="auto",
                 return_sequences=True, go_backwards=False, unroll=False,
                 zero_output_for_mask=True):
-    """Run the LSTM `cell` (its kernel W and bias b, `recurrent_kernel` as U) over
+    """Run the LSTM `cell` (a `CellWeights` or a Keras LSTM cell: its kernel W, bias b and
+    activations; `recurrent_kernel` as U) over
     `sequences` `(batch, time, features)` from `initial_state` [h, c].
 
     Returns an `LSTMWindow`: last output, outputs (`(batch, time, units)` when

@@ -93,6 +93,16 @@ class TensorFlowBackend(Backend):
     def is_concrete(self, tensor):
         return tf.executing_eagerly()
 
+    def global_batch_block(self):
+        """The replica's block under a `tf.distribute` strategy: Keras splits each global
+        batch into contiguous per-replica blocks in replica order (`tflm.distribute`), and
+        `replica_id_in_sync_group` counts replicas over all workers. `(0, 1)` without a
+        strategy, with one replica, or in a cross-replica context."""
+        ctx = tf.distribute.get_replica_context()
+        if ctx is None or ctx.num_replicas_in_sync == 1:
+            return 0, 1
+        return ctx.replica_id_in_sync_group, ctx.num_replicas_in_sync
+
     def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
                    return_sequences, go_backwards, unroll):
         last, outputs, states = self.keras_fused_lstm(

@@ -6,6 +6,7 @@ from keras import ops
 
 from tflm.layers.dropout import LockedDropout
 from tflm.layers.head import LogProbHead, tanh_components
+from tflm.layers.init import check_init, torch_uniform
 from tflm.layers.mos import mixture_log_probs
 
 
@@ -53,8 +54,14 @@ class DOCLayer(LogProbHead):
         log P(w|c) = logsumexp_r [ log pi_{c,r} + log_softmax(g_{c,r} E^T + b)_w ]
 
     With one input and v = (K,) it is `MoSLayer(K)`. Reference PTB: [h^2, h^3] with (5, 15),
-    latent size 280. Components are ordered as the inputs; locked dropout (`latent_dropout`)
-    masks each component independently.
+    latent size 280. Components are ordered as the inputs. Locked dropout (`latent_dropout`)
+    draws one mask per sequence, shared by every component and time step: the reference
+    (nttcslab-nlp/doc_lm model.py) stacks the components along time before its
+    `LockedDropout`. (MoS masks each component apart: there the latent is one wide layer.)
+
+    `init="pytorch"` initialises as the reference: kernels (nn.Linear weights) ~
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)), latent biases 0 (its `init_weights` zeroes them);
+    `init="keras"` (default): glorot-uniform kernels, zero biases.
 
     Regularizer (training only, `cv_regularization` = lambda > 0): adds
     lambda * cv^2 (see `prior_cv_squared`) with S = the priors summed over time,
@@ -74,6 +81,7 @@ class DOCLayer(LogProbHead):
         cv_regularization: lambda of the coefficient-of-variation penalty; 0 disables it.
             Default 0.001.
         seed: int seed for the latent dropout. Default None.
+        init: "keras" (default) or "pytorch" (the reference's initialisation).
 
     Input shape: list of `(batch, time, d_l)`. Output shape: `(batch, time, V)`, float32.
     `zoo.AWDLSTM` passes every layer's (dropped) output, bottom to top, because the class
@@ -94,7 +102,7 @@ class DOCLayer(LogProbHead):
 
     def __init__(self, num_components_per_layer=(5, 15), embedding=None, vocab_size=None,
                  latent_dim=None, latent_dropout=0.0, cv_regularization=0.001, seed=None,
-                 **kwargs):
+                 init="keras", **kwargs):
         super().__init__(embedding=embedding, vocab_size=vocab_size, **kwargs)
         counts = num_components_per_layer
         if isinstance(counts, (int, np.integer)):
@@ -130,7 +138,11 @@ class DOCLayer(LogProbHead):
                              f"got cv_regularization={cv_regularization}.")
         self.cv_regularization = cv_regularization
         self.seed = seed
+        self.init = check_init("DOCLayer", init)
         self.dropout = LockedDropout(latent_dropout, seed=seed, name="latent_dropout")
+
+    def _kernel_initializer(self, fan_in):
+        return torch_uniform(fan_in) if self.init == "pytorch" else "glorot_uniform"
 
     def _check_inputs(self, shapes):
         if not isinstance(shapes, (list, tuple)) or (shapes and isinstance(shapes[0], int)) or (
@@ -152,11 +164,12 @@ class DOCLayer(LogProbHead):
                 continue
             self.latent_kernels.append(self.add_weight(
                 shape=(int(shape[-1]), count * size), name=f"latent_kernel_{i}",
-                initializer="glorot_uniform"))
+                initializer=self._kernel_initializer(int(shape[-1]))))
             self.latent_biases.append(self.add_weight(
                 shape=(count * size,), name=f"latent_bias_{i}", initializer="zeros"))
         self.prior_kernel = self.add_weight(shape=(last_dim, self.num_components),
-                                            name="prior_kernel", initializer="glorot_uniform")
+                                            name="prior_kernel",
+                                            initializer=self._kernel_initializer(last_dim))
         self.build_projection(size)
         self.built = True
 
@@ -167,7 +180,12 @@ class DOCLayer(LogProbHead):
                  for (o, count), kernel, bias in zip(used, self.latent_kernels,
                                                       self.latent_biases)]
         comps = parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=2)
-        return self.dropout(comps, training=training)
+        if not training or self.latent_dropout == 0.0:
+            return comps
+        # (B, T, R, L) -> (B, T R, L): the locked mask (B, 1, L) is shared over T and R.
+        shape = ops.shape(comps)
+        flat = ops.reshape(comps, (shape[0], -1, self._latent_units))
+        return ops.reshape(self.dropout(flat, training=training), shape)
 
     def prior_logits(self, inputs):
         last = inputs[-1]
@@ -200,5 +218,6 @@ class DOCLayer(LogProbHead):
         config = super().get_config()
         config.update(num_components_per_layer=list(self.num_components_per_layer),
                       latent_dim=self.latent_dim, latent_dropout=self.latent_dropout,
-                      cv_regularization=self.cv_regularization, seed=self.seed)
+                      cv_regularization=self.cv_regularization, seed=self.seed,
+                      init=self.init)
         return config

@@ -1,7 +1,26 @@
-"""Dropout variants of AWD-LSTM: locked (variational) dropout and embedding (row) dropout."""
+"""Dropout variants of AWD-LSTM: locked (variational) dropout and embedding (row) dropout.
+
+Which masks are per stream and which are shared, as in the reference code
+(salesforce/awd-lstm-lm), and what that means under data parallelism:
+
+- per stream: `LockedDropout` (the dropouts on the embedding output, between layers, on the
+  last layer's output, and the latent dropout of MoS / DOC / MixTape) draws one mask per
+  sequence of the batch, shared over time (reference `LockedDropout`: a `(1, batch, d)`
+  mask). Under `tf.distribute` every replica holds a copy of the same `SeedGenerator` state,
+  so each replica draws the masks of the *global* batch and keeps its own block of rows
+  (`Backend.global_batch_block`): streams b and b + B / R get different masks, and a
+  replicated step draws exactly the masks one device draws for the same global batch.
+- shared: `EmbeddingDropout` draws one row mask over the vocabulary per forward (reference
+  `embedded_dropout`), and `tflm.layers.WeightDropLSTM` one DropConnect mask on the
+  recurrent matrix per forward (reference `WeightDrop`); both are the same for every
+  sequence of the global batch, so every replica draws the same mask from its copy of the
+  seed state.
+"""
 
 import keras
 from keras import ops
+
+from tflm import backends
 
 
 def _check_rate(layer, rate):
@@ -9,6 +28,21 @@ def _check_rate(layer, rate):
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"{layer}: rate must be in [0, 1); got rate={rate}.")
     return rate
+
+
+def per_stream_uniform(shape, seed):
+    """`keras.random.uniform(shape, seed=seed)` for a batch-major `shape` whose rows are this
+    replica's streams: under a `tf.distribute` strategy, the rows of the global batch's draw
+    that belong to the calling replica; elsewhere the plain draw (same numbers as before).
+
+    Needs the same batch size on every replica (tflm's stream datasets ensure it).
+    """
+    block, blocks = backends.current().global_batch_block()
+    if blocks == 1:
+        return keras.random.uniform(shape, seed=seed)
+    rows = shape[0]
+    full = keras.random.uniform((blocks * rows,) + tuple(shape[1:]), seed=seed)
+    return ops.slice(full, (block * rows,) + (0,) * (len(shape) - 1), shape)
 
 
 @keras.saving.register_keras_serializable(package="tflm")
@@ -20,6 +54,11 @@ class LockedDropout(keras.layers.Layer):
     A fresh mask is drawn at every call (every BPTT window) in training; identity at
     inference. The mask has the input's shape with time set to 1, so a `(batch, time, K,
     units)` input gets an independent mask per slice k (MoS latent dropout).
+
+    The mask is per stream (the reference draws one per sequence of the batch): under a
+    `tf.distribute` strategy each replica draws the global batch's masks and keeps its own
+    rows, so no two streams share a mask and the masks equal those of one device on the
+    same global batch (see `per_stream_uniform`).
 
     Args:
         rate: drop probability p in [0, 1). Default 0.5.
@@ -43,7 +82,7 @@ class LockedDropout(keras.layers.Layer):
         shape = ops.shape(x)
         mask_shape = (shape[0], 1) + tuple(shape[2:])
         keep = 1.0 - self.rate
-        mask = ops.cast(keras.random.uniform(mask_shape, seed=self.seed_generator) < keep,
+        mask = ops.cast(per_stream_uniform(mask_shape, self.seed_generator) < keep,
                         x.dtype) / ops.cast(keep, x.dtype)
         return x * mask
 
@@ -65,6 +104,11 @@ class EmbeddingDropout(keras.layers.Layer):
     Every occurrence of a dropped word in the window gets a zero vector. Applied after the
     lookup by gathering the row mask, which equals masking the matrix (as the reference does)
     without touching all V rows.
+
+    The row mask is shared by every sequence of the batch (the reference masks the matrix
+    once per forward); under a `tf.distribute` strategy every replica draws the same mask
+    from its copy of the seed state, so a word dropped in one replica's streams is dropped
+    in all of them.
 
     Args:
         vocab_size: V.

@@ -5,6 +5,7 @@ from keras import ops
 
 from tflm.layers.dropout import LockedDropout
 from tflm.layers.head import LogProbHead, tanh_components
+from tflm.layers.init import check_init, torch_uniform
 
 
 def _check_positive_int(layer, name, value, allow_none=False):
@@ -41,9 +42,10 @@ class _MixtureBase(LogProbHead):
     """Shared parameterization of MoS and MoC: latent Dense(K*L)+tanh and prior Dense(K)."""
 
     def __init__(self, num_experts, embedding=None, vocab_size=None, latent_dim=None,
-                 latent_dropout=0.0, seed=None, **kwargs):
+                 latent_dropout=0.0, seed=None, init="keras", **kwargs):
         super().__init__(embedding=embedding, vocab_size=vocab_size, **kwargs)
         name = type(self).__name__
+        self.init = check_init(name, init)
         self.num_experts = _check_positive_int(name, "num_experts", num_experts)
         self.latent_dim = _check_positive_int(name, "latent_dim", latent_dim, allow_none=True)
         if (self.tied and self.latent_dim is not None
@@ -69,14 +71,18 @@ class _MixtureBase(LogProbHead):
         input_dim = int(input_shape[-1])
         size = self._latent_size(input_dim)
         self._latent_units = size
+        # init="pytorch": nn.Linear's U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the latent
+        # weight and bias (zihangdai/mos keeps nn.Linear's bias init) and the prior weight.
+        torch_init = self.init == "pytorch"
+        kernel_init = torch_uniform(input_dim) if torch_init else "glorot_uniform"
         self.latent_kernel = self.add_weight(
             shape=(input_dim, self.num_experts * size), name="latent_kernel",
-            initializer="glorot_uniform")
+            initializer=kernel_init)
         self.latent_bias = self.add_weight(
-            shape=(self.num_experts * size,), name="latent_bias", initializer="zeros")
+            shape=(self.num_experts * size,), name="latent_bias",
+            initializer=torch_uniform(input_dim) if torch_init else "zeros")
         self.prior_kernel = self.add_weight(
-            shape=(input_dim, self.num_experts), name="prior_kernel",
-            initializer="glorot_uniform")
+            shape=(input_dim, self.num_experts), name="prior_kernel", initializer=kernel_init)
         self.build_projection(size)
         self.built = True
 
@@ -100,7 +106,7 @@ class _MixtureBase(LogProbHead):
     def get_config(self):
         config = super().get_config()
         config.update(num_experts=self.num_experts, latent_dim=self.latent_dim,
-                      latent_dropout=self.latent_dropout, seed=self.seed)
+                      latent_dropout=self.latent_dropout, seed=self.seed, init=self.init)
         return config
 
 
@@ -131,6 +137,8 @@ class MoSLayer(_MixtureBase):
             (tied) or the input size (untied). Must equal the embedding size when tied.
         latent_dropout: locked-dropout rate on the latent, in [0, 1). Default 0.0.
         seed: int seed for the latent dropout. Default None.
+        init: "keras" (default: glorot-uniform kernels, zero bias) or "pytorch" (the
+            reference's nn.Linear initialisation, `tflm.layers.init`).
 
     Input shape: `(batch, time, d)` (last-layer output g). Output shape: `(batch, time, V)`,
     float32.

@@ -1,0 +1,219 @@
+"""What a preset's reference command sets, and where the preset differs from it.
+
+A reproduction preset records, in its `reference` part, the repository it mirrors and the
+exact command lines of that repository's README (`train`, and `finetune` where there is one).
+`implied_settings(preset)` reads those command lines the way the reference's `argparse` does
+(flags not given take the reference's defaults, listed below from its `main.py`; an unambiguous
+prefix such as `--epoch` means `--epochs`) and says what our preset fields must then be;
+`differences(preset)` lists every field where they disagree. The thesis presets have no
+published command: their `reference.table` names Parthiban 2020 Table 4.3 and
+`implied_settings` uses that table (the lmkit code's defaults fill the rest).
+
+    python -m zoo.presets.reference            # every preset: OK or the differing fields
+
+Defaults as read in the reference code (argparse `default=` of main.py at the commits named):
+salesforce/awd-lstm-lm 1d466ec, zihangdai/mos 9c0c608, nttcslab-nlp/doc_lm bd0d76f,
+quettabit/awd-lstm-lmkit 6510d06 (`utils/cli_parser.py`, `base_models/args/dai.py`,
+`top_models/*/args`). All three AWD-LSTM-family scripts validate at batch 10 and test at
+batch 1 (`eval_batch_size = 10`, `test_batch_size = 1`), scale the learning rate by
+seq_len / bptt, clip, and switch to `torch.optim.ASGD(t0=0, lambd=0)` on the non-monotonic
+rule; MoS and DOC cap the window at bptt + max_seq_len_delta, salesforce does not cap it.
+"""
+
+import shlex
+
+from zoo.errors import ConfigError
+
+_AWD = {"emsize": 400, "nhid": 1150, "nlayers": 3, "lr": 30.0, "clip": 0.25, "epochs": 8000,
+        "batch_size": 80, "bptt": 70, "dropout": 0.4, "dropouth": 0.3, "dropouti": 0.65,
+        "dropoute": 0.1, "wdrop": 0.5, "seed": 1111, "nonmono": 5, "alpha": 2.0, "beta": 1.0,
+        "wdecay": 1.2e-6}
+_MOS = dict(_AWD, batch_size=20, nhidlast=-1, dropoutl=-0.2, n_experts=10,
+            max_seq_len_delta=40)
+_DOC = dict(_MOS, var=0.0, num4embed=0, num4first=0, num4second=0)
+
+REFERENCE_DEFAULTS = {
+    "salesforce/awd-lstm-lm": _AWD,
+    "zihangdai/mos": _MOS,
+    "nttcslab-nlp/doc_lm": _DOC,
+}
+
+# Flags that change nothing our presets describe: paths, devices, logging, and MoS' gradient
+# accumulation over small batches (the same update, less memory).
+_IGNORED = {"data", "save", "single_gpu", "cuda", "log-interval", "small_batch_size"}
+
+# Parthiban 2020 thesis Table 4.3 (the fair-comparison protocol of quettabit/awd-lstm-lmkit);
+# the rest as in §4.3.2: dropconnect 0.5, embedding dropout 0.1, L2 1.2e-6, AR 2, TAR 1,
+# output dropout 0.4, 1,000 epochs, ET-ASGD at epoch 200, MoS/MoC latent dropout 0.29 and
+# K = 15, PLIF K = 1e5 on [-20, 20] with its own learning rate 0.02.
+THESIS_TABLE_4_3 = {
+    ("softmax", "ptb"): {"dropouti": 0.4, "dropouth": 0.3, "lr": 20.0, "batch_size": 20,
+                         "seed": 141, "emsize": 400, "nhid": 1150, "nhidlast": 400},
+    ("softmax", "wikitext-2"): {"dropouti": 0.65, "dropouth": 0.2, "lr": 30.0,
+                                "batch_size": 80, "seed": 1881, "emsize": 400, "nhid": 1150,
+                                "nhidlast": 400},
+    ("mos", "ptb"): {"dropouti": 0.4, "dropouth": 0.225, "lr": 20.0, "batch_size": 12,
+                     "seed": 28, "emsize": 280, "nhid": 960, "nhidlast": 620},
+    ("mos", "wikitext-2"): {"dropouti": 0.55, "dropouth": 0.2, "lr": 15.0, "batch_size": 15,
+                            "seed": 1881, "emsize": 300, "nhid": 1150, "nhidlast": 650},
+}
+_THESIS_COMMON = dict(_AWD, epochs=1000, dropoutl=0.29, n_experts=15, switch_epoch=200,
+                      max_seq_len_delta=40)  # lmkit's cli_parser default, applied to every model
+
+
+def parse_command(command, defaults):
+    """The flag values of `command` (a `python main.py --flag value ...` line) over
+    `defaults`, as argparse reads them (unique prefixes allowed). Unknown flags raise."""
+    words = shlex.split(command)
+    values = dict(defaults)
+    names = list(defaults) + sorted(_IGNORED)
+    i = next((j for j, w in enumerate(words) if w.startswith("--")), len(words))
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("--"):
+            raise ConfigError(f"reference command: unexpected {word!r} in {command!r}")
+        flag = word[2:]
+        matches = [n for n in names if n == flag] or [n for n in names if n.startswith(flag)]
+        if len(matches) != 1:
+            raise ConfigError(f"reference command: unknown or ambiguous flag --{flag} in "
+                              f"{command!r}")
+        name = matches[0]
+        takes_value = i + 1 < len(words) and not words[i + 1].startswith("--")
+        if name in _IGNORED:
+            i += 2 if takes_value else 1
+            continue
+        values[name] = type(defaults[name])(words[i + 1])
+        i += 2
+    return values
+
+
+def _model_and_training(flags, capped):
+    last = flags.get("nhidlast", -1)
+    latent = flags.get("dropoutl", -1)
+    model = {"embed_dim": flags["emsize"], "hidden_dim": flags["nhid"],
+             "num_layers": flags["nlayers"], "last_dim": flags["emsize"] if last < 0 else last,
+             "tie_weights": True, "dropout": flags["dropout"], "dropout_h": flags["dropouth"],
+             "dropout_i": flags["dropouti"], "dropout_e": flags["dropoute"],
+             "weight_dropout": flags["wdrop"], "alpha": flags["alpha"], "beta": flags["beta"],
+             # torch.nn.LSTM / nn.Linear: two trained LSTM biases, PyTorch's initialisation
+             "init": "pytorch", "lstm_biases": 2}
+    training = {"lr": flags["lr"], "clip_norm": flags["clip"], "epochs": flags["epochs"],
+                "batch_size": flags["batch_size"], "bptt": flags["bptt"], "seed": flags["seed"],
+                "weight_decay": flags["wdecay"], "eval_batch_size": 10, "test_batch_size": 1,
+                "optimizer": "asgd",
+                "max_seq_len": flags["bptt"] + flags["max_seq_len_delta"] if capped else None}
+    return model, training, latent if latent >= 0 else flags["dropouth"]
+
+
+def implied_settings(preset):
+    """{dotted preset field: value} that the preset's reference sets; {} without one."""
+    ref = preset.get("reference")
+    if not ref:
+        return {}
+    if "table" in ref:
+        return _thesis_settings(preset)
+    code = ref["code"]
+    if code not in REFERENCE_DEFAULTS:
+        raise ConfigError(f"reference.code {code!r}: no defaults recorded for it; known: "
+                          f"{', '.join(REFERENCE_DEFAULTS)}")
+    defaults = REFERENCE_DEFAULTS[code]
+    flags = parse_command(ref["train"], defaults)
+    model, training, latent = _model_and_training(flags, capped=code != "salesforce/awd-lstm-lm")
+    training.update(switch="nonmono", nonmono=flags["nonmono"])
+    head = preset["model"].get("head", {}).get("type", "softmax")
+    out = {f"model.{k}": v for k, v in model.items()}
+    out.update({f"training.{k}": v for k, v in training.items()})
+    if head in ("mos", "moc"):
+        out.update({"model.head.num_experts": flags["n_experts"],
+                    "model.head.latent_dropout": latent})
+    if head == "doc":
+        if flags["num4embed"]:
+            raise ConfigError("DOC components from the embedding (--num4embed) are not built")
+        out.update({"model.head.num_components_per_layer":
+                    [flags["num4first"], flags["num4second"], flags["n_experts"]],
+                    "model.head.latent_dropout": latent,
+                    "model.head.cv_regularization": flags["var"]})
+    if "evaluate" in ref:  # DOC's published figures: cal_ppl.py, batch 1 for both splits
+        bptt = parse_command(ref["evaluate"], {"bptt": 5000})["bptt"]
+        out.update({"training.final_evaluation": {"valid_batch_size": 1, "test_batch_size": 1,
+                                                  "bptt": bptt}})
+    if "finetune" in ref:
+        tune = parse_command(ref["finetune"], defaults)
+        out.update({"finetune.lr": tune["lr"], "finetune.epochs": tune["epochs"],
+                    "finetune.nonmono": tune["nonmono"]})
+    return out
+
+
+def _thesis_settings(preset):
+    head = preset["model"].get("head", {}).get("type", "softmax")
+    corpus = preset.get("corpus", {}).get("name")
+    family = "mos" if head in ("mos", "moc") else "softmax"
+    if (family, corpus) not in THESIS_TABLE_4_3:
+        raise ConfigError(f"thesis Table 4.3 has no column for {head} on {corpus}")
+    flags = dict(_THESIS_COMMON, **THESIS_TABLE_4_3[(family, corpus)])
+    model, training, _ = _model_and_training(flags, capped=True)  # lmkit always caps
+    training.update(switch="epoch", switch_epoch=flags["switch_epoch"])
+    out = {f"model.{k}": v for k, v in model.items()}
+    out.update({f"training.{k}": v for k, v in training.items()})
+    if family == "mos":
+        out.update({"model.head.num_experts": flags["n_experts"],
+                    "model.head.latent_dropout": flags["dropoutl"]})
+    if head == "plif":  # top_models/smax/args/plif_smax.py: --plif_smax_k, _t, _w_variance, _lr
+        out.update({"model.head.num_intervals": 100_000, "model.head.bound": 20.0,
+                    "model.head.init_scale": 1.0,  # used as the standard deviation
+                    "training.learning_rate_multipliers.plif": 0.02 / flags["lr"]})
+    return out
+
+
+def preset_value(preset, dotted):
+    """The value of a dotted field as the preset trains with it (derived fields resolved:
+    `model.last_dim` defaults to the embedding size, `finetune.*` is the training value
+    after `finetune_overrides`)."""
+    training = preset.get("training", {})
+    if dotted.startswith("finetune."):
+        key = dotted.split(".", 1)[1]
+        return training.get("finetune_overrides", {}).get(key, training.get(key))
+    if dotted == "model.last_dim":
+        return preset["model"].get("last_dim", preset["model"]["embed_dim"])
+    node = preset
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def differences(preset):
+    """[(field, preset value, reference value)] where the preset departs from its reference."""
+    out = []
+    for field, expected in implied_settings(preset).items():
+        actual = preset_value(preset, field)
+        same = (actual == expected if not isinstance(expected, float) or actual is None
+                else abs(float(actual) - expected) <= 1e-12 * max(1.0, abs(expected)))
+        if not same:
+            out.append((field, actual, expected))
+    return out
+
+
+def main(argv=None):
+    import argparse
+
+    from zoo.presets import list_presets, load_preset
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("presets", nargs="*", help="preset names (default: all)")
+    names = parser.parse_args(argv).presets or list_presets()
+    bad = 0
+    for name in names:
+        preset = load_preset(name)
+        if not preset.get("reference"):
+            print(f"{name}: no reference")
+            continue
+        diffs = differences(preset)
+        bad += bool(diffs)
+        print(f"{name}: " + ("matches its reference" if not diffs else "; ".join(
+            f"{f} is {a!r}, reference {e!r}" for f, a, e in diffs)))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
