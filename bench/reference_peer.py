@@ -9,8 +9,12 @@ lr * seq_len / bptt, the loss is NLL + AR + TAR (+ DOC's var * cv^2), gradients 
 with `torch.nn.utils.clip_grad_norm_`, `optimizer.step()` runs and the lr is restored; the
 switch replaces SGD by `torch.optim.ASGD(lr, t0=0, lambd=0., weight_decay)`.
 
-Dropout is not implemented (the parity tests run with every dropout off; the dropout paths are
-compared statistically elsewhere), so `WeightDrop` reduces to the plain `nn.LSTM` it wraps.
+Dropout as the references place it (every rate 0 by default, which the parity tests use):
+embedding row dropout (embed_regularize.py), locked dropout on the embedded input, between
+layers and on the last output (locked_dropout.py: one mask per stream, shared over time),
+DropConnect on every `weight_hh_l0` (weightdrop.py: a fresh `F.dropout` mask per forward,
+shared by the batch) and MoS' latent dropout; AR on the dropped last output, TAR on the raw
+one. `ReferenceLoop.train_epoch` and `evaluate` are main.py's `train()` and `evaluate()`.
 
 `load_keras_weights(peer, model)` copies a `zoo.AWDLSTM` built with `lstm_biases=2` into the
 peer (transposing kernels; Keras and PyTorch share the gate order i, f, g/c, o).
@@ -29,8 +33,11 @@ class ReferenceRNNModel(nn.Module):
     ..., n_experts last), as `tflm.layers.DOCLayer`'s `num_components_per_layer`."""
 
     def __init__(self, ntoken, ninp, nhid, nhidlast, nlayers, head="softmax", n_experts=1,
-                 components=None, alpha=2.0, beta=1.0, var=0.0):
+                 components=None, alpha=2.0, beta=1.0, var=0.0, dropout=0.0, dropouth=0.0,
+                 dropouti=0.0, dropoute=0.0, wdrop=0.0, dropoutl=0.0):
         super().__init__()
+        self.dropout, self.dropouth, self.dropouti = dropout, dropouth, dropouti
+        self.dropoute, self.wdrop, self.dropoutl = dropoute, wdrop, dropoutl
         self.encoder = nn.Embedding(ntoken, ninp)
         self.rnns = nn.ModuleList(
             [nn.LSTM(ninp if l == 0 else nhid, nhid if l != nlayers - 1 else nhidlast, 1)
@@ -55,6 +62,27 @@ class ReferenceRNNModel(nn.Module):
         return [(torch.zeros(1, bsz, rnn.hidden_size), torch.zeros(1, bsz, rnn.hidden_size))
                 for rnn in self.rnns]
 
+    def _locked_dropout(self, x, p):
+        """x (T, B, D) times one Bernoulli(1 - p) / (1 - p) mask per stream."""
+        if not self.training or not p:
+            return x
+        mask = x.new_empty(1, x.shape[1], x.shape[2]).bernoulli_(1 - p) / (1 - p)
+        return x * mask
+
+    def _embed(self, tokens):
+        weight = self.encoder.weight
+        if self.training and self.dropoute:
+            rows = weight.new_empty(weight.shape[0], 1).bernoulli_(1 - self.dropoute)
+            weight = weight * rows / (1 - self.dropoute)
+        return F.embedding(tokens, weight)
+
+    def _run_lstm(self, rnn, x, hidden):
+        if not self.training or not self.wdrop:
+            return rnn(x, hidden)
+        params = dict(rnn.named_parameters())
+        params["weight_hh_l0"] = F.dropout(params["weight_hh_l0"], p=self.wdrop)
+        return torch.func.functional_call(rnn, params, (x, hidden))
+
     def _mixture(self, contexts, prior_logit, T, B):
         """contexts (T, B, K, ninp) -> log(sum_k pi_k softmax(h_k E^T + b) + 1e-8)."""
         logit = self.decoder(contexts.reshape(-1, self.ninp))
@@ -67,25 +95,30 @@ class ReferenceRNNModel(nn.Module):
     def forward(self, tokens, hidden):
         """tokens (T, B) -> (log-probs (T, B, V), new hidden, extra loss AR + TAR (+ CV))."""
         T, B = tokens.shape
-        output = self.encoder(tokens)
+        output = self._locked_dropout(self._embed(tokens), self.dropouti)
         new_hidden, outputs = [], []
         for l, rnn in enumerate(self.rnns):
-            output, h = rnn(output, hidden[l])
+            raw, h = self._run_lstm(rnn, output, hidden[l])
             new_hidden.append(h)
+            last = l == len(self.rnns) - 1
+            output = self._locked_dropout(raw, self.dropout if last else self.dropouth)
             outputs.append(output)
         prior = None
         if self.head == "softmax":
             log_prob = F.log_softmax(self.decoder(output), -1)
         elif self.head == "mos":
-            latent = torch.tanh(self.latent(output)).view(T, B, self.n_experts, self.ninp)
+            latent = self._locked_dropout(torch.tanh(self.latent(output)), self.dropoutl)
+            latent = latent.view(T, B, self.n_experts, self.ninp)
             log_prob, prior = self._mixture(latent, self.prior(output), T, B)
         else:
+            if self.training and (self.dropoutl or self.dropouth or self.dropout):
+                raise NotImplementedError("the DOC peer runs with dropout off only")
             used = [(o, c) for o, c in zip(outputs, self.components) if c > 0]
             parts = [torch.tanh(lin(o)).view(T, B, c, self.ninp)
                      for (o, c), lin in zip(used, self.latents)]
             log_prob, prior = self._mixture(torch.cat(parts, 2), self.prior(output), T, B)
         extra = self.alpha * output.pow(2).mean()
-        extra = extra + self.beta * (output[1:] - output[:-1]).pow(2).mean()
+        extra = extra + self.beta * (raw[1:] - raw[:-1]).pow(2).mean()
         if self.var and prior is not None:
             prior_sum = prior.sum(0)
             cv = (prior_sum.var() * (prior_sum.size(1) - 1)).sqrt() / prior_sum.mean()
@@ -123,10 +156,57 @@ class ReferenceLoop:
         self.optimizer.param_groups[0]["lr"] = lr2
         return float(loss.detach())
 
+    def train_epoch(self, train_data, rng, max_seq_len=None):
+        """main.py's `train()`: windows of length max(5, int(N(bptt or bptt / 2, 5))) drawn
+        with `rng` (numpy), capped at `max_seq_len` (MoS' bptt + max_seq_len_delta) and at
+        the data's end, over `train_data` (T, B); the hidden state restarts at zero. Returns
+        the mean training loss (NLL + regularizers) per window."""
+        self.hidden, i, losses = None, 0, []
+        while i < train_data.shape[0] - 1 - 1:
+            bptt = self.bptt if rng.random() < 0.95 else self.bptt / 2.
+            seq_len = max(5, int(rng.normal(bptt, 5)))
+            if max_seq_len:
+                seq_len = min(seq_len, max_seq_len)
+            seq_len = min(seq_len, train_data.shape[0] - 1 - i)
+            losses.append(self.step(train_data[i:i + seq_len], train_data[i + 1:i + 1 + seq_len]))
+            i += seq_len
+        return float(np.mean(losses))
+
+    @torch.no_grad()
+    def evaluate(self, data, batch_size):
+        """main.py's `evaluate()` on `data` (T, B) in windows of bptt with carried state, with
+        the averaged weights once ASGD runs; mean NLL per predicted token (the reference
+        divides by len(data_source), one row more: a relative 1 / T difference)."""
+        averaged = isinstance(self.optimizer, torch.optim.ASGD)
+        if averaged:
+            saved = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+            for n, p in self.model.named_parameters():
+                p.copy_(self.optimizer.state[p]["ax"])
+        self.model.eval()
+        hidden, total, count = self.model.init_hidden(batch_size), 0.0, 0
+        for i in range(0, data.shape[0] - 1, self.bptt):
+            seq_len = min(self.bptt, data.shape[0] - 1 - i)
+            log_prob, hidden, _ = self.model(data[i:i + seq_len], hidden)
+            targets = data[i + 1:i + 1 + seq_len].reshape(-1)
+            total += float(F.nll_loss(log_prob.view(-1, log_prob.size(2)), targets,
+                                      reduction="sum"))
+            count += targets.numel()
+        if averaged:
+            for n, p in self.model.named_parameters():
+                p.copy_(saved[n])
+        return total / count
+
     def averaged_parameters(self):
         """{name: ASGD's 'ax'} (what the references swap in for validation and saving)."""
         return {name: self.optimizer.state[p]["ax"].clone()
                 for name, p in self.model.named_parameters()}
+
+
+def batchify(ids, batch_size):
+    """main.py's `batchify`: the first len // B * B ids as B streams, time-major (T, B)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    n = len(ids) // batch_size
+    return torch.as_tensor(ids[:n * batch_size].reshape(batch_size, n).T.copy())
 
 
 def _keras_by_suffix(model):
