@@ -10,7 +10,7 @@ shows the gap between the frameworks next to the seed-to-seed spread within each
 shows every validation curve.
 
     python bench/repro_parity.py --preset awd_lstm_ptb --epochs 3 --seeds 141 142 \\
-        --train-tokens 60000 --valid-tokens 12000 --set model.hidden_dim=256 ...
+        --train-tokens 60000 --valid-tokens 12000 --set model.embed_dim=128 --set model.hidden_dim=256
 
 On a GPU, drop the slices and `--set` overrides to run the preset itself.
 Heads with a peer: softmax and MoS (the DOC peer has no dropout).

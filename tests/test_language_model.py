@@ -77,7 +77,7 @@ def test_one_train_step_is_clip_then_window_scaled_sgd_with_l2():
     model.train_on_batch(x, y)
     scale = 11 / bptt
     for v, w0, g in zip(model.trainable_variables, before, grads):
-        expected = w0 - lr * scale * (np.asarray(g) * clip / norm + wd * w0)
+        expected = w0 - lr * scale * (np.asarray(g) * clip / (norm + 1e-6) + wd * w0)
         np.testing.assert_allclose(v.numpy(), expected, rtol=1e-4, atol=1e-6)
 
 

@@ -244,3 +244,23 @@ def test_flood_rejects_bad_levels():
     for bad in (-0.1, float("nan"), "high"):
         with pytest.raises(ValueError, match="flooding level"):
             flood(tf.constant(1.0), bad)
+
+
+@pytest.mark.parametrize("norm_scale", [1e-6, 1e-3, 10.0])
+def test_clipping_is_torch_clip_grad_norm(norm_scale):
+    """Factor clip / (norm + 1e-6), at most 1, as torch.nn.utils.clip_grad_norm_; at tiny
+    norms the 1e-6 is most of the factor (1e-6 / (2e-6 + 1e-6) = 1/3, not 1/2)."""
+    torch = pytest.importorskip("torch")
+    from tflm.backends.gradients import clip_and_scale
+    rng = np.random.default_rng(4)
+    grads = [rng.normal(size=s).astype("float32") for s in ((3, 4), (5,))]
+    total = np.sqrt(sum((g ** 2).sum() for g in grads))
+    grads = [g * (2 * norm_scale / total) for g in grads]  # global norm 2 * norm_scale
+    clipped, norm = clip_and_scale([tf.constant(g) for g in grads], norm_scale, 1.0)
+    params = [torch.nn.Parameter(torch.zeros(g.shape)) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = torch.as_tensor(g)
+    torch.nn.utils.clip_grad_norm_(params, norm_scale)
+    assert float(norm) == pytest.approx(2 * norm_scale, rel=1e-5)
+    for ours, p in zip(clipped, params):
+        np.testing.assert_allclose(np.asarray(ours), p.grad.numpy(), rtol=1e-5)

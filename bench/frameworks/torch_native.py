@@ -15,8 +15,8 @@ the same initial weights, data and batch order. It is written from the formulas 
     MoC:     log P = log_softmax((sum_k pi_k h_k) E^T + b)
     loss = mean NLL + alpha * mean(g^2) + beta * mean((x_L[t+1] - x_L[t])^2)
 
-Training step (salesforce/awd-lstm-lm main.py): backward, global-norm clipping (the
-coefficient min(1, clip / ||g||), see `clip_grad_norm`), then
+Training step (salesforce/awd-lstm-lm main.py): backward, `torch.nn.utils.clip_grad_norm_`
+(coefficient min(1, clip / (||g|| + 1e-6)), as `tflm.backends.gradients.clip_and_scale`), then
 `torch.optim.SGD(lr * T / bptt, weight_decay)`. The LSTM state is carried across windows,
 detached, and zeroed at the start of each pass.
 
@@ -284,23 +284,6 @@ def from_model_config(model_cfg, vocab_size, seed=None):
     return NativeAWDLSTM(vocab_size, head=head, seed=seed, **kwargs, **head_kwargs)
 
 
-@torch.no_grad()
-def clip_grad_norm(parameters, max_norm):
-    """Scale the gradients by min(1, max_norm / ||g||_2) (global norm); returns ||g||.
-
-    `torch.nn.utils.clip_grad_norm_` divides by ||g|| + 1e-6 instead; at the reference's
-    learning rates (20-30) that 1e-6 perturbs each update far more than float rounding, and
-    the trajectories of the two implementations part after a few steps. This is the
-    coefficient `tflm.backends.gradients.clip_and_scale` uses."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float())
-                                                 for g in grads]))
-    coef = torch.clamp(max_norm / torch.clamp(norm, min=1e-12), max=1.0)
-    for g in grads:
-        g.mul_(coef.to(g.dtype))
-    return norm
-
-
 def _carried(states, batch_size):
     """The carried LSTM states, or None (start from zero) when the batch size changed."""
     if states is not None and states[0][0].shape[0] != batch_size:
@@ -311,7 +294,7 @@ def _carried(states, batch_size):
 class NativeTrainer:
     """The AWD-LSTM training step and evaluation around a `NativeAWDLSTM`.
 
-    step: loss = NLL mean + AR + TAR; backward; clip_grad_norm(clip); SGD step with
+    step: loss = NLL mean + AR + TAR; backward; clip_grad_norm_(clip); SGD step with
     lr * T / bptt and L2 weight_decay (torch.optim.SGD). The state is carried (detached).
     """
 
@@ -349,7 +332,7 @@ class NativeTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.clip_norm:
-            clip_grad_norm(model.parameters(), self.clip_norm)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.clip_norm)
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr * x.shape[1] / self.bptt
         self.optimizer.step()

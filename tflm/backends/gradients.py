@@ -9,7 +9,9 @@ and summed the gradients over replicas, `process_gradients` does, in this order:
     g = g / loss_scale                      (mixed precision: unscale before clipping)
     g = g * sign(L - b)                     (flooding at level b, Ishida et al. 2020, with the
                                              global window loss L)
-    g = g * min(1, clip_norm / ||g||_2)     (global norm, after the replica all-reduce)
+    g = g * min(1, clip_norm / (||g||_2 + 1e-6))
+                                            (global norm, after the replica all-reduce; the
+                                             1e-6 is torch.nn.utils.clip_grad_norm_'s)
     g = g + weight_decay * theta            (L2 decay as torch.optim.SGD's weight_decay:
                                              added after clipping, scaled with the step)
     g = g * T / bptt                        (the reference scales the learning rate of a window
@@ -32,13 +34,14 @@ from tflm.padding import real_position_weights
 
 
 def clip_and_scale(grads, clip_norm, scale, variables=None, weight_decay=0.0):
-    """Clip `grads` to global norm `clip_norm` (None: no clipping), add `weight_decay *
-    variable`, multiply by `scale`. Returns (new grads, norm before clipping)."""
+    """Clip `grads` to global norm `clip_norm` (None: no clipping) as
+    `torch.nn.utils.clip_grad_norm_` does (factor clip_norm / (norm + 1e-6), at most 1), add
+    `weight_decay * variable`, multiply by `scale`. Returns (new grads, norm before clipping)."""
     squares = [ops.sum(ops.square(ops.cast(g, "float32"))) for g in grads if g is not None]
     norm = ops.sqrt(ops.sum(ops.stack(squares)))
     factor = scale
     if clip_norm is not None and clip_norm > 0:
-        factor = ops.minimum(1.0, clip_norm / ops.maximum(norm, 1e-12)) * scale
+        factor = ops.minimum(1.0, clip_norm / (norm + 1e-6)) * scale
     out = []
     for i, g in enumerate(grads):
         if g is None:
