@@ -65,3 +65,30 @@ def test_cli_exports_a_saved_model(corpus, tmp_path, capsys):
     assert np.load(tmp_path / "cli.npy").shape == (119, 30)
     code = main([str(path), "--corpus", str(tmp_path / "missing"), "--out", str(tmp_path / "x.npy")])
     assert code == 2 and "error" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_corpus_with_the_model_size_but_another_word_order(corpus, tmp_path,
+                                                                          capsys):
+    """The run's vocab.txt beside the model is compared word by word: a permuted corpus
+    vocabulary (same size) is refused before any row is written."""
+    from tflm.data import load_corpus
+    corpus_dir = corpus.language.write(tmp_path / "corpus", train_tokens=400, valid_tokens=100,
+                                       test_tokens=120, seed=1)
+    words = list(load_corpus(str(corpus_dir)).vocabulary)
+    model = _model(len(words))
+    model.build()
+    run = tmp_path / "run"
+    run.mkdir()
+    model.save(run / "best.keras")
+    args = [str(run / "best.keras"), "--corpus", str(corpus_dir), "--split", "test"]
+    assert main(args + ["--out", str(tmp_path / "none.npy")]) == 0
+    assert "only the vocabulary size was checked" in capsys.readouterr().err
+    (run / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    assert main(args + ["--out", str(tmp_path / "same.npy")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    permuted = words[1:2] + words[:1] + words[2:]
+    (run / "vocab.txt").write_text("\n".join(permuted) + "\n", encoding="utf-8")
+    assert main(args + ["--out", str(tmp_path / "permuted.npy")]) == 2
+    err = capsys.readouterr().err
+    assert "first difference at id 0" in err and repr(permuted[0]) in err
+    assert not (tmp_path / "permuted.npy").exists()

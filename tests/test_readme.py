@@ -1,8 +1,11 @@
-"""Every Python snippet of README.md runs, in order, in one fresh process.
+"""Every Python snippet of README.md runs as written, on its own, in one fresh process.
 
-The snippets show full-size settings; the run keeps their code as written and only makes
-the data small: `tflm.data.load_corpus` returns a small synthetic corpus and `fit` runs one
-step of one epoch (patched in the child process, for this test only)."""
+Each snippet gets fresh globals (a user copies one snippet, not the page), so a snippet that
+leans on a name another one defined fails here. Every `model` a snippet leaves is saved to
+`.keras` and loaded back with the same parameter count. The snippets show full-size
+settings; the run keeps their code as written and only makes the data small:
+`tflm.data.load_corpus` returns a small synthetic corpus and `fit` runs one step of one
+epoch (patched in the child process, for this test only)."""
 
 import os
 import re
@@ -25,6 +28,21 @@ def _one_step(self, *args, **kwargs):
     return _fit(self, *args, **kwargs)
 
 keras.Model.fit = _one_step
+
+
+def _run_alone(number, code):
+    namespace = {"__name__": f"readme_snippet_{number}"}
+    exec(compile(code, f"README snippet {number}", "exec"), namespace)
+    model = namespace.get("model")
+    if isinstance(model, keras.Model):
+        import os, tempfile
+        if not model.built:
+            model.build((None, None))
+        with tempfile.TemporaryDirectory() as folder:
+            model.save(os.path.join(folder, "snippet.keras"))
+            loaded = keras.saving.load_model(os.path.join(folder, "snippet.keras"))
+        assert loaded.count_params() == model.count_params(), (number, loaded.count_params(),
+                                                               model.count_params())
 """
 
 
@@ -36,7 +54,8 @@ def readme_snippets():
 def test_readme_python_snippets_run():
     snippets = readme_snippets()
     assert len(snippets) >= 3
-    code = PRELUDE + "\n".join(textwrap.dedent(s) for s in snippets) + "\nprint('README OK')\n"
+    code = PRELUDE + "".join(f"_run_alone({i + 1}, {textwrap.dedent(s)!r})\n"
+                             for i, s in enumerate(snippets)) + "print('README OK')\n"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=600,
                           env=dict(os.environ, KERAS_BACKEND="tensorflow",

@@ -33,7 +33,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 class VocabularyMismatchError(ValueError):
-    """The model's output size differs from the corpus vocabulary."""
+    """The model's output size differs from the corpus vocabulary. (The command line also
+    compares the words with the run's vocab.txt: `zoo.model_vocabulary`.)"""
 
 
 def _model_vocab_size(model):
@@ -123,10 +124,16 @@ def main(argv=None):
     p.add_argument("--bptt", type=int, default=70)
     args = p.parse_args(argv)
     from tflm.data import CorpusNotFoundError
+    from zoo.model_vocabulary import VOCAB_FILE, check_model_vocabulary
     from zoo.saving import load_model
     try:
         model = load_model(args.model)
         corpus = _corpus_for(args.corpus, args.data_dir, args.model)
+        if check_model_vocabulary(args.model, _model_vocab_size(model),
+                                  corpus.vocabulary) == "size":
+            print(f"tools.qmatrix: warning: no {VOCAB_FILE} beside {args.model}; only the "
+                  "vocabulary size was checked, not that the words are in the model's order.",
+                  file=sys.stderr)
         meta = export_q(model, corpus, args.split, args.out, max_rows=args.max_rows,
                         dtype=args.dtype, bptt=args.bptt, progress=True)
     except (VocabularyMismatchError, CorpusNotFoundError, FileNotFoundError, ValueError) as err:
