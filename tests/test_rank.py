@@ -227,3 +227,59 @@ def test_saved_spectrum_loads_as_result(tmp_path):
     res = singular_values(_low_rank(50, 20, 3, 8, np.float64))
     back = SpectrumResult.load(res.save(tmp_path / "x.json"))
     assert press_rank(back.values, back.shape, back.dtype) == 3
+
+
+# ------------------------------------------------------------- float16 and plots
+
+
+def test_float16_q_reports_numpy_rank_as_undefined_not_zero(tmp_path, capsys):
+    """float16: max(M, N) * eps >= 1 puts numpy's threshold above s_max (rank 0 for every
+    matrix); the report says so instead, and the Press rank, still defined, is given."""
+    q = _log_softmax32(_low_rank(2000, 60, 8, seed=3, dtype=np.float64)).astype(np.float16)
+    path = tmp_path / "q16.npy"
+    np.save(path, q)
+    spec = singular_values(path)
+    report = rank_report(spec)
+    assert spec.dtype == "float16" and numpy_rank(spec.values, spec.shape, "float16") == 0
+    assert report["numpy_rank"] is None and report["press_rank"] >= 1
+    assert any("numpy rank not defined" in note for note in report["notes"])
+    assert main([str(path), "--json", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "n/a" in out and "export Q as float32" in out
+    saved = json.loads((tmp_path / "r.json").read_text())["reports"][0]
+    assert saved["numpy_rank"] is None and saved["press_rank"] == report["press_rank"]
+    np.save(tmp_path / "q32.npy", q.astype(np.float32))
+    as32 = rank_report(singular_values(tmp_path / "q32.npy"))
+    assert as32["numpy_rank"] is not None and as32["notes"] == []
+
+
+def test_plots_use_log_axes_and_draw_the_press_threshold(tmp_path, monkeypatch):
+    import tools.plots as plots
+    axes = []
+    original = plots._figure
+
+    def recording_figure():
+        fig, ax = original()
+        axes.append(ax)
+        return fig, ax
+
+    monkeypatch.setattr(plots, "_figure", recording_figure)
+    q = _log_softmax32(np.random.default_rng(2).standard_normal((300, 40)) @
+                       np.random.default_rng(3).standard_normal((40, 90)))
+    np.save(tmp_path / "q.npy", q)
+    spec = singular_values(tmp_path / "q.npy")
+    paths = plots.plot_all([spec], ["softmax"], tmp_path / "p")
+    assert set(paths) == {"singular_values", "normalized", "normalized_linear",
+                          "cumulative_normalized", "cumulative_sum"}
+    by_name = dict(zip(paths, axes))
+    rel = press_threshold(1.0, spec.shape, spec.dtype)
+    normalized = by_name["normalized"]
+    assert normalized.get_yscale() == "log"
+    flat = [line.get_ydata() for line in normalized.lines if len(set(line.get_ydata())) == 1]
+    assert any(np.isclose(y[0], rel) for y in flat)
+    assert by_name["normalized_linear"].get_yscale() == "linear"
+    cumulative = by_name["cumulative_normalized"]
+    assert cumulative.get_xscale() == "log"
+    assert cumulative.get_xlim()[0] <= (spec.values[spec.values > 0].min() / spec.values[0])
+    vertical = [line.get_xdata() for line in cumulative.lines if len(set(line.get_xdata())) == 1]
+    assert any(np.isclose(x[0], rel) for x in vertical)

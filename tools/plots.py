@@ -1,15 +1,19 @@
 """Spectrum plots of Q_theta for one or several models (PNG, matplotlib Agg canvas).
 
 - `plot_singular_values`: s_i against i, log y axis.
-- `plot_normalized`: s_i / s_max against i on a linear y axis (Parthiban 2020 thesis,
-  Figures 5.9-5.12 style); ``logy=True`` for a log axis.
+- `plot_normalized`: s_i / s_max against i on a log y axis; ``logy=False`` for the linear
+  axis of Parthiban 2020 thesis Figures 5.9-5.12 (where everything past the first few
+  values lies on zero).
 - `plot_cumulative_normalized`: Yang et al. 2018 ICLR, App. C.1 / Figure 1: the percentage
-  of normalized singular values s_i / s_max that lie below a threshold x in [0, 1].
+  of normalized singular values s_i / s_max that lie below a threshold x in (0, 1], on a log
+  x axis by default (on a linear one the curve jumps to ~100 % at x ~ 0).
 - `plot_cumulative_sum`: cumsum(s) / sum(s) against i, the share of the nuclear norm held by
   the top i singular values.
 
 Every function takes a list of spectra (`SpectrumResult` or 1-D arrays) and labels, draws
-them overlaid with a legend, writes a PNG and returns its path. Figures are drawn on an Agg
+them overlaid with a legend, writes a PNG and returns its path. For a `SpectrumResult` (it
+knows Q's shape and dtype) the Press threshold 0.5 sqrt(M + N + 1) s_max eps is drawn as a
+dashed line in the series' colour: the values beyond it are what the Press rank leaves out. Figures are drawn on an Agg
 canvas without touching the global matplotlib backend.
 
 Example:
@@ -26,6 +30,15 @@ import numpy as np
 def _values(spec):
     v = getattr(spec, "values", spec)
     return np.sort(np.asarray(v, dtype=np.float64).reshape(-1))[::-1]
+
+
+def _press_relative(spec):
+    """The Press threshold over s_max for a `SpectrumResult`, None for a bare array."""
+    shape, dtype = getattr(spec, "shape", None), getattr(spec, "dtype", None)
+    if shape is None or dtype is None or isinstance(spec, np.ndarray):
+        return None
+    from tools.rank import press_threshold
+    return press_threshold(1.0, shape, dtype)
 
 
 def _label(spec, label):
@@ -71,15 +84,20 @@ def plot_singular_values(spectra, labels, path, title="Singular values of Q"):
     fig, ax = _figure()
     for spec, label in zip(spectra, labels):
         s = _values(spec)
+        rel = _press_relative(spec)
         s = np.where(s > 0, s, np.nan)
-        ax.plot(np.arange(1, s.size + 1), s, label=_label(spec, label), lw=1.2)
+        line, = ax.plot(np.arange(1, s.size + 1), s, label=_label(spec, label), lw=1.2)
+        if rel is not None and s.size:
+            ax.axhline(s[0] * rel, color=line.get_color(), ls="--", lw=0.8,
+                       label=f"{label}: Press threshold")
     ax.set_yscale("log")
     return _save(fig, ax, path, title, "index i", "singular value s_i", len(spectra))
 
 
-def plot_normalized(spectra, labels, path, logy=False,
+def plot_normalized(spectra, labels, path, logy=True,
                     title="Normalized singular values s_i / s_max"):
-    """s_i / s_max against i on a linear (thesis Figs. 5.9-5.12) or log y axis."""
+    """s_i / s_max against i on a log (default, with the Press threshold) or linear (thesis
+    Figs. 5.9-5.12) y axis."""
     spectra, labels = _check(spectra, labels)
     fig, ax = _figure()
     for spec, label in zip(spectra, labels):
@@ -87,7 +105,11 @@ def plot_normalized(spectra, labels, path, logy=False,
         norm = s / s[0] if s.size and s[0] > 0 else s
         if logy:
             norm = np.where(norm > 0, norm, np.nan)
-        ax.plot(np.arange(1, s.size + 1), norm, label=_label(spec, label), lw=1.2)
+        line, = ax.plot(np.arange(1, s.size + 1), norm, label=_label(spec, label), lw=1.2)
+        rel = _press_relative(spec)
+        if logy and rel is not None:
+            ax.axhline(rel, color=line.get_color(), ls="--", lw=0.8,
+                       label=f"{label}: Press threshold")
     if logy:
         ax.set_yscale("log")
     return _save(fig, ax, path, title, "index i", "s_i / s_max", len(spectra))
@@ -104,15 +126,30 @@ def cumulative_normalized(s, grid=None):
     return grid, 100.0 * np.searchsorted(norm, grid, side="right") / max(norm.size, 1)
 
 
-def plot_cumulative_normalized(spectra, labels, path,
+def plot_cumulative_normalized(spectra, labels, path, logx=True,
                                title="Cumulative % of normalized singular values"):
-    """Yang et al. 2018 App. C.1: % of s_i / s_max below each threshold x in [0, 1]."""
+    """Yang et al. 2018 App. C.1: % of s_i / s_max below each threshold x, x on a log axis
+    from just below the smallest positive normalized value to 1 (default, with the Press
+    threshold as a vertical line) or on [0, 1]."""
     spectra, labels = _check(spectra, labels)
     fig, ax = _figure()
+    grid = None
+    if logx:
+        smallest = [v[v > 0].min() / v[0] for v in map(_values, spectra) if (v > 0).any()]
+        low = max(min(smallest, default=1e-8) / 2, 1e-300)
+        grid = np.geomspace(low, 1.0, 801)
     for spec, label in zip(spectra, labels):
-        grid, pct = cumulative_normalized(spec)
-        ax.plot(grid, pct, label=_label(spec, label), lw=1.2)
-    ax.set_xlim(0, 1)
+        x, pct = cumulative_normalized(spec, grid)
+        line, = ax.plot(x, pct, label=_label(spec, label), lw=1.2)
+        rel = _press_relative(spec)
+        if logx and rel is not None:
+            ax.axvline(rel, color=line.get_color(), ls="--", lw=0.8,
+                       label=f"{label}: Press threshold")
+    if logx:
+        ax.set_xscale("log")
+        ax.set_xlim(grid[0], 1)
+    else:
+        ax.set_xlim(0, 1)
     ax.set_ylim(0, 100.5)
     return _save(fig, ax, path, title, "normalized singular value x",
                  "% of singular values <= x", len(spectra))
@@ -134,13 +171,16 @@ def plot_cumulative_sum(spectra, labels, path,
 
 
 def plot_all(spectra, labels, prefix):
-    """All four plots as ``{prefix}_singular_values.png``, ``_normalized.png``,
-    ``_cumulative_normalized.png`` and ``_cumulative_sum.png``; returns {name: path}."""
+    """All plots as ``{prefix}_singular_values.png``, ``_normalized.png`` (log y),
+    ``_normalized_linear.png``, ``_cumulative_normalized.png`` (log x) and
+    ``_cumulative_sum.png``; returns {name: path}."""
     prefix = str(prefix)
     return {
         "singular_values": plot_singular_values(spectra, labels,
                                                 f"{prefix}_singular_values.png"),
         "normalized": plot_normalized(spectra, labels, f"{prefix}_normalized.png"),
+        "normalized_linear": plot_normalized(spectra, labels,
+                                             f"{prefix}_normalized_linear.png", logy=False),
         "cumulative_normalized": plot_cumulative_normalized(
             spectra, labels, f"{prefix}_cumulative_normalized.png"),
         "cumulative_sum": plot_cumulative_sum(spectra, labels,

@@ -19,6 +19,13 @@ Command line (one or several matrices, a table on stdout, JSON and PNG plots on 
 
 A file that is not a 2-D float matrix (or holds NaN / inf) gives a one-line error on stderr
 and exit status 2.
+
+The epsilon is the stored dtype's even when the SVD runs in a wider one: a float16 Q has lost
+everything below its rounding, whatever precision the SVD then uses. For float16
+(eps = 9.8e-4) the numpy rule's threshold s_max * max(M, N) * eps passes s_max itself once
+max(M, N) >= 1024, so it would call every such matrix rank 0; `rank_report` reports that rank
+as not defined (None, "n/a" in the table) with a note, and likewise a Press threshold at or
+above s_max. Export Q as float32 to measure ranks beyond what float16 resolves.
 """
 
 import argparse
@@ -64,6 +71,11 @@ def numpy_threshold(s_max, shape, dtype):
     """s_max * max(M, N) * eps(dtype) (``numpy.linalg.matrix_rank`` default)."""
     m, n = _check_shape(shape)
     return float(s_max) * max(m, n) * machine_eps(dtype)
+
+
+def rule_applies(threshold, s_max):
+    """Whether a rank rule can count anything: its threshold lies below s_max."""
+    return float(threshold) < float(s_max)
 
 
 def press_rank(s, shape, dtype):
@@ -139,18 +151,32 @@ def eps_key(eps):
     return f"{float(eps):.0e}"
 
 
+def _if_defined(rank, threshold, s_max):
+    return rank if s_max == 0 or rule_applies(threshold, s_max) else None
+
+
 def rank_report(spectrum, eps_list=DEFAULT_EPS, label=None):
     """All rank measures of one `SpectrumResult` as a JSON-serializable dict.
 
     Keys: label, source, shape, dtype, compute_dtype, method, exact, approximate, s_max,
     press_threshold, press_rank, numpy_threshold, numpy_rank, effective_rank
-    ({"1e-03": k, ...}), num_values, seconds. For a randomized (APPROXIMATE) spectrum
-    holding only the top k values, every count is over those k values.
+    ({"1e-03": k, ...}), num_values, seconds, notes. For a randomized (APPROXIMATE) spectrum
+    holding only the top k values, every count is over those k values. A rank whose
+    threshold is not below s_max (float16, see the module docstring) is None, with a note.
     """
     s = spectrum.values
     smax = float(s.max()) if s.size else 0.0
     eps_list = [float(e) for e in (eps_list if eps_list is not None else DEFAULT_EPS)]
     eff = effective_rank(s, eps_list)
+    press_t = press_threshold(smax, spectrum.shape, spectrum.dtype)
+    numpy_t = numpy_threshold(smax, spectrum.shape, spectrum.dtype)
+    notes = []
+    for name, threshold in (("Press", press_t), ("numpy", numpy_t)):
+        if smax > 0 and not rule_applies(threshold, smax):
+            notes.append(f"{name} rank not defined: its threshold ({threshold / smax:.3g} "
+                         f"s_max) is not below s_max for a {spectrum.dtype} "
+                         f"{spectrum.shape[0]:,} x {spectrum.shape[1]:,} matrix; export Q "
+                         "as float32")
     return {
         "label": label if label is not None else spectrum.source,
         "source": spectrum.source,
@@ -161,14 +187,19 @@ def rank_report(spectrum, eps_list=DEFAULT_EPS, label=None):
         "exact": bool(spectrum.exact),
         "approximate": not spectrum.exact,
         "s_max": smax,
-        "press_threshold": press_threshold(smax, spectrum.shape, spectrum.dtype),
-        "press_rank": press_rank(s, spectrum.shape, spectrum.dtype),
-        "numpy_threshold": numpy_threshold(smax, spectrum.shape, spectrum.dtype),
-        "numpy_rank": numpy_rank(s, spectrum.shape, spectrum.dtype),
+        "press_threshold": press_t,
+        "press_rank": _if_defined(press_rank(s, spectrum.shape, spectrum.dtype), press_t, smax),
+        "numpy_threshold": numpy_t,
+        "numpy_rank": _if_defined(numpy_rank(s, spectrum.shape, spectrum.dtype), numpy_t, smax),
         "effective_rank": {eps_key(e): eff[e] for e in eps_list},
         "num_values": int(s.size),
         "seconds": float(spectrum.seconds),
+        "notes": notes,
     }
+
+
+def _count(rank):
+    return "n/a" if rank is None else f"{rank:,}"
 
 
 def format_rank_table(reports):
@@ -182,14 +213,16 @@ def format_rank_table(reports):
     for r in reports:
         method = r["method"] + (" (APPROXIMATE)" if r["approximate"] else "")
         rows.append([str(r["label"]), f"{r['shape'][0]:,} x {r['shape'][1]:,}", r["dtype"],
-                     method, f"{r['s_max']:.6g}", f"{r['press_rank']:,}",
-                     f"{r['numpy_rank']:,}"]
+                     method, f"{r['s_max']:.6g}", _count(r["press_rank"]),
+                     _count(r["numpy_rank"])]
                     + [f"{r['effective_rank'].get(k, float('nan')):,}" for k in eps_keys]
                     + [f"{r['seconds']:.2f}"])
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     line = lambda cells: "  ".join(c.rjust(w) if i >= 4 else c.ljust(w)  # noqa: E731
                                    for i, (c, w) in enumerate(zip(cells, widths)))
     out = [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+    for r in reports:
+        out += [f"{r['label']}: {note}" for note in r.get("notes", ())]
     if any(r["approximate"] for r in reports):
         out.append("APPROXIMATE: randomized SVD gives only the top-k singular values, "
                    "approximately; ranks above are not exact.")
