@@ -15,8 +15,10 @@ import numpy as np
 class EmbeddingProjector(keras.callbacks.Callback):
     """Write the embedding matrix with the vocabulary as projector metadata, every epoch.
 
-    Files in `log_dir`: `embedding.ckpt.*` (a `tf.train.Checkpoint` holding the matrix),
-    `metadata.tsv` (one token per line, in id order), `projector_config.pbtxt`.
+    Files in `log_dir`: `embedding-<epoch>.*` (a `tf.train.Checkpoint` holding the matrix,
+    the last epoch's only) and its `checkpoint` state file, `metadata.tsv` (one token per line, in id order), `projector_config.pbtxt` (naming the
+    checkpoint by its absolute path, so `tensorboard --logdir` works from any directory; the
+    metadata path is relative to the logdir, as the projector resolves it).
 
     Args:
         log_dir: the run's TensorBoard directory.
@@ -46,9 +48,16 @@ class EmbeddingProjector(keras.callbacks.Callback):
                 "\n".join(t if t.strip() else "<blank>" for t in self.vocabulary) + "\n",
                 encoding="utf-8")
         checkpoint = tf.train.Checkpoint(embedding=tf.Variable(matrix))
-        checkpoint.write(str(self.log_dir / "embedding.ckpt"))  # overwritten every epoch
+        # A CheckpointManager also writes the `checkpoint` state file into the logdir, where
+        # the projector looks first; without one it looks in the logdir's parent, which in a
+        # zoo run holds the run's checkpoint/ folder (FailedPreconditionError lines).
+        manager = tf.train.CheckpointManager(checkpoint, str(self.log_dir.resolve()),
+                                             max_to_keep=1, checkpoint_name="embedding")
+        path = manager.save(checkpoint_number=epoch + 1)
         config = projector.ProjectorConfig()
-        config.model_checkpoint_path = "embedding.ckpt"
+        # Absolute: TensorBoard resolves a relative checkpoint path against its own working
+        # directory, not the logdir.
+        config.model_checkpoint_path = str(path)
         entry = config.embeddings.add()
         entry.tensor_name = "embedding/.ATTRIBUTES/VARIABLE_VALUE"
         entry.metadata_path = "metadata.tsv"
