@@ -43,7 +43,7 @@ def test_main_job_end_to_end(tmp_path, capsys):
     import tensorflow as tf
     logs = out / "logs"
     assert "metadata.tsv" in (logs / "projector_config.pbtxt").read_text()
-    matrix = tf.train.load_checkpoint(str(logs / "embedding.ckpt")).get_tensor(
+    matrix = tf.train.load_checkpoint(str(logs)).get_tensor(
         "embedding/.ATTRIBUTES/VARIABLE_VALUE")
     assert matrix.shape == (40, 8)
     assert len((logs / "metadata.tsv").read_text().splitlines()) == 40
