@@ -1,4 +1,4 @@
-"""Training callbacks: throughput, divergence guard."""
+"""Training callbacks: throughput, divergence guard, progress of a loop of `fit` calls."""
 
 import math
 import time
@@ -7,7 +7,7 @@ import keras
 
 
 class TrainingDiverged(RuntimeError):
-    """The training loss became NaN or infinite."""
+    """The loss or the perplexity (training or validation) became NaN or infinite."""
 
 
 class WordsPerSecond(keras.callbacks.Callback):
@@ -34,23 +34,76 @@ class WordsPerSecond(keras.callbacks.Callback):
 
 
 class StopOnNaN(keras.callbacks.Callback):
-    """Raise `TrainingDiverged` naming the epoch and step when the loss is not finite.
+    """Raise `TrainingDiverged` when the loss or the perplexity stops being finite.
+
+    Checked after every training step (`loss`, `perplexity`: NaN or +-inf names the epoch
+    and step) and at the end of every epoch (also `val_loss`, `val_perplexity`, so a model
+    whose validation diverged is never saved as a good epoch). The perplexity is
+    exp(mean NLL); it overflows float32 only above 88.7 nats per token, far above log V of
+    any vocabulary, so an infinite perplexity is a diverged model even while the loss is
+    still a (huge) finite number.
 
     Raising (rather than `stop_training`) ends `fit` before any later callback can save the
-    diverged weights, so the last good checkpoint stays the last one written.
+    diverged weights, so the last good checkpoint stays the last one written: put it first
+    in the callback list.
+
+    Args:
+        monitor: the batch-log keys to check after every step. Default ("loss",
+            "perplexity").
+        epoch_monitor: the epoch-log keys to check at the end of an epoch. Default
+            ("loss", "perplexity", "val_loss", "val_perplexity").
     """
 
-    def __init__(self):
+    def __init__(self, monitor=("loss", "perplexity"),
+                 epoch_monitor=("loss", "perplexity", "val_loss", "val_perplexity")):
         super().__init__()
+        self.monitor = tuple(monitor)
+        self.epoch_monitor = tuple(epoch_monitor)
         self.epoch = 0
+
+    @staticmethod
+    def _first_bad(logs, keys):
+        for key in keys:
+            value = (logs or {}).get(key)
+            if value is not None and not math.isfinite(float(value)):
+                return key, float(value)
+        return None
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(float(loss)):
+        bad = self._first_bad(logs, self.monitor)
+        if bad is not None:
             raise TrainingDiverged(
-                f"loss became {float(loss)} at epoch {self.epoch + 1}, step {batch + 1}; "
-                "lower the learning rate or raise clip_norm, and restart from the last "
-                "good checkpoint.")
+                f"training {bad[0]} became {bad[1]} at epoch {self.epoch + 1}, step "
+                f"{batch + 1}; lower the learning rate or clip the gradient norm.")
+
+    def on_epoch_end(self, epoch, logs=None):
+        bad = self._first_bad(logs, self.epoch_monitor)
+        if bad is not None:
+            what = ("validation " + bad[0][4:]) if bad[0].startswith("val_") else \
+                f"training {bad[0]}"
+            raise TrainingDiverged(
+                f"{what} became {bad[1]} at the end of epoch {epoch + 1}; lower the learning "
+                "rate or clip the gradient norm.")
+
+
+class EpochProgbar(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar, with the header "Epoch k/N" counting the whole run's N epochs.
+
+    A loop that calls `fit(initial_epoch=e, epochs=e + 1)` once per epoch (to checkpoint
+    between epochs) would otherwise print "Epoch e+1/e+1", and nothing for the first epoch.
+    Pass it in `callbacks` (it replaces the progress bar `fit` adds with `verbose=1`).
+
+    Args:
+        total_epochs: N, the number of epochs of the whole run.
+    """
+
+    def __init__(self, total_epochs):
+        super().__init__()
+        self.total_epochs = int(total_epochs)
+
+    def set_params(self, params):
+        super().set_params(params)
+        self.epochs = self.total_epochs

@@ -1,6 +1,7 @@
 """Resolving a run's configuration: preset, then command-line flags, then `--set` overrides."""
 
 import json
+import math
 
 from zoo.errors import ConfigError
 from zoo.presets import load_preset
@@ -60,4 +61,66 @@ def resolve_config(preset="synthetic", overrides=(), **flags):
             config["training"][key] = value
     for assignment in overrides:
         apply_override(config, assignment)
+    return config
+
+
+# The command-line flag that sets a `training` field, named in its error message.
+FLAGS = {"batch_size": "--batch-size", "epochs": "--epochs", "seed": "--seed"}
+
+
+def _integer(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+# (fields, test, what the value must be): the numbers a run reads from its configuration.
+_TRAINING_RULES = (
+    (("batch_size", "eval_batch_size", "test_batch_size", "bptt", "epochs", "nonmono"),
+     lambda v: _integer(v) and v >= 1, "a positive integer"),
+    (("seed",), _integer, "an integer"),
+    (("switch_epoch", "histograms"), lambda v: _integer(v) and v >= 0, "an integer >= 0"),
+    (("lr", "weight_decay"), lambda v: _number(v) and v >= 0, "a finite number >= 0"),
+    (("clip_norm",), lambda v: v is None or _number(v) and v >= 0,
+     "a finite number >= 0 or null (no clipping)"),
+    (("max_seq_len", "pad_to_multiple"), lambda v: v is None or _integer(v) and v >= 1,
+     "a positive integer or null"),
+)
+_EVALUATION_FIELDS = ("bptt", "valid_batch_size", "test_batch_size")
+_CORPUS_SIZES = ("train_tokens", "valid_tokens", "test_tokens")
+_CORPUS_LIMITS = ("max_train_tokens", "max_valid_tokens", "max_test_tokens")
+
+
+def _check(section, values, fields, test, what):
+    for key in fields:
+        if key in values and not test(values[key]):
+            flag = f" ({FLAGS[key]})" if section == "training" and key in FLAGS else ""
+            raise ConfigError(f"{section}.{key}{flag} must be {what}; got "
+                              f"{values[key]!r}.")
+
+
+def check_config(config):
+    """Raise `ConfigError` naming the first value a run could not use, before anything is
+    created: batch sizes, bptt, epochs, learning rate and the other numbers of `training`
+    (its `finetune_overrides` and `final_evaluation` too), and the token counts of
+    `corpus`. What only a builder can judge (optimizer and switch names, model arguments,
+    synthetic-language parameters) is checked where it is built."""
+    for section in SECTIONS:
+        if not isinstance(config.get(section), dict):
+            raise ConfigError(f"the configuration's {section!r} part must be a JSON object; "
+                              f"got {config.get(section)!r}.")
+    training = config["training"]
+    for rule in _TRAINING_RULES:
+        _check("training", training, *rule)
+        _check("training.finetune_overrides", training.get("finetune_overrides") or {},
+               *rule)
+    _check("training.final_evaluation", training.get("final_evaluation") or {},
+           _EVALUATION_FIELDS, lambda v: _integer(v) and v >= 1, "a positive integer")
+    _check("corpus", config["corpus"], _CORPUS_SIZES,
+           lambda v: _integer(v) and v >= 1, "a positive integer")
+    _check("corpus", config["corpus"], _CORPUS_LIMITS,
+           lambda v: v is None or _integer(v) and v >= 1, "a positive integer or null")
     return config

@@ -1,6 +1,6 @@
 """The corpus a run's configuration names: a synthetic language or a corpus on disk."""
 
-from zoo.errors import ConfigError
+from zoo.errors import ConfigError, UserError
 
 
 def load_data(corpus_cfg, data_dir=None):
@@ -11,7 +11,11 @@ def load_data(corpus_cfg, data_dir=None):
     `test_tokens`) and reports its optimal perplexity. Any other name is `ptb`,
     `wikitext-2` or a directory (`tflm.data.load_corpus`, looked up in `data_dir`);
     `max_train_tokens` / `max_valid_tokens` / `max_test_tokens` keep only the first tokens
-    of a split (shortened reproductions on small machines)."""
+    of a split (shortened reproductions on small machines).
+
+    Raises `ConfigError` for bad synthetic-language settings and `UserError` for a corpus
+    file that cannot be read (not UTF-8, a word outside a fixed vocab.txt), naming the
+    value, or the file and line."""
     from tflm import data
     cfg = dict(corpus_cfg)
     name = cfg.pop("name", "synthetic")
@@ -25,13 +29,39 @@ def load_data(corpus_cfg, data_dir=None):
                  if k in cfg}
         try:
             language = makers[kind](**cfg)
-        except TypeError as err:
-            raise ConfigError(f"bad synthetic corpus settings: {err}") from err
-        corpus = language.to_corpus(seed=language.seed + 1, **sizes)
+            corpus = language.to_corpus(seed=language.seed + 1, **sizes)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"bad synthetic corpus settings in corpus: {err}") from err
         return corpus, float(language.optimal_perplexity)
     limits = {split: cfg.pop(f"max_{split}_tokens", None) for split in ("train", "valid", "test")}
-    corpus = data.load_corpus(name, data_dir=data_dir)
+    try:
+        corpus = data.load_corpus(name, data_dir=data_dir)
+    except ValueError as err:  # a file that is not UTF-8, a bad vocab.txt, an unknown word
+        raise UserError(f"cannot read corpus {name}: {err}") from err
     for split, limit in limits.items():
         if limit is not None:  # a shortened run: the first `limit` tokens of the split
             setattr(corpus, split, corpus.split(split)[:int(limit)])
     return corpus, None
+
+
+def check_split_sizes(corpus, training):
+    """Raise `UserError` when a split is too short for its batch size: every one of the B
+    streams needs an input and a target token, so a split needs at least 2 B tokens (an
+    empty split file has none)."""
+    final = training.get("final_evaluation") or {}
+    needs = (("train", "batch_size", 20), ("valid", "eval_batch_size", 10),
+             ("test", "test_batch_size", 1))
+    for split, key, default in needs:
+        sizes = [(f"training.{key}", int(training.get(key, default)))]
+        override = {"valid": "valid_batch_size", "test": "test_batch_size"}.get(split)
+        if override in final:
+            sizes.append((f"training.final_evaluation.{override}", int(final[override])))
+        tokens = len(corpus.split(split))
+        for field, batch in sizes:
+            if tokens < 2 * batch:
+                path = corpus.paths.get(split)
+                where = "" if path is None else (f" ({path} is empty)" if tokens == 0
+                                                 else f" (read from {path})")
+                raise UserError(f"the {split} split of corpus {corpus.name} has {tokens} "
+                                f"tokens{where}; {field} = {batch} needs at least "
+                                f"{2 * batch} (an input and a target per stream).")

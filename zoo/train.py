@@ -22,19 +22,39 @@ from zoo.errors import UserError  # noqa: E402
 
 
 def build_parser():
+    """The argument parser of `python -m zoo.train` (every flag with its help text)."""
     from zoo.heads import head_names
-    p = argparse.ArgumentParser(prog="python -m zoo.train", description=__doc__.split("\n")[0])
-    p.add_argument("--preset", default="synthetic", help="preset name or JSON path")
-    p.add_argument("--corpus", help="synthetic, ptb, wikitext-2 or a directory")
-    p.add_argument("--data-dir", help="corpus directory (default $TFLM_DATA_DIR or cache)")
-    p.add_argument("--head", help=f"output head: {', '.join(head_names())}")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--batch-size", type=int, dest="batch_size")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--out", help="output directory (default runs/<preset>-<time>)")
-    p.add_argument("--init-from", help="start from the weights of a saved .keras model")
+    from zoo.presets import list_presets
+    p = argparse.ArgumentParser(
+        prog="python -m zoo.train", description=__doc__.split("\n")[0],
+        epilog=f"presets: {', '.join(list_presets())}. Examples: python -m zoo.train; "
+               "python -m zoo.train --preset awd_lstm_ptb; python -m zoo.train --resume "
+               "RUN_DIR --epochs 1000.")
+    p.add_argument("--preset", help="preset name (one of the presets listed below) or a "
+                                    "preset JSON file; default synthetic")
+    p.add_argument("--corpus", help="synthetic, ptb, wikitext-2 or a directory with "
+                                    "train.txt, valid.txt, test.txt; default: the preset's")
+    p.add_argument("--data-dir", help="where named corpora lie (default $TFLM_DATA_DIR, else "
+                                      "~/.cache/tflm/data)")
+    p.add_argument("--head", help=f"output head: {', '.join(head_names())}; default: the "
+                                  "preset's")
+    p.add_argument("--epochs", type=int, metavar="N",
+                   help="number of training epochs (training.epochs); with --resume, the "
+                        "new total: more epochs extend a run")
+    p.add_argument("--batch-size", type=int, dest="batch_size", metavar="B",
+                   help="training batch size, the number of parallel streams "
+                        "(training.batch_size)")
+    p.add_argument("--seed", type=int, metavar="S",
+                   help="random seed of initialisation, dropout and window lengths "
+                        "(training.seed)")
+    p.add_argument("--out", help="output directory (default runs/<preset>-<time>); must not "
+                                 "hold a run already")
+    p.add_argument("--init-from", metavar="MODEL.keras",
+                   help="start from the weights of a saved .keras model (same vocabulary)")
     p.add_argument("--resume", metavar="RUN_DIR",
-                   help="continue a killed run from its last epoch checkpoint")
+                   help="continue a killed run from its last epoch checkpoint, with its own "
+                        "configuration (only --epochs, --data-dir, --strategy, --quiet may "
+                        "be given with it)")
     p.add_argument("--finetune", metavar="RUN_DIR",
                    help="finetune the averaged best model of RUN_DIR (restart averaging, stop "
                         "on the non-monotonic rule); writes into --out")
@@ -42,8 +62,11 @@ def build_parser():
                                                              "multi-worker"],
                    help="tf.distribute strategy (TensorFlow backend)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any preset field, e.g. --set model.dropout=0.3")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+                   help="override any preset field, e.g. --set model.dropout=0.3 (repeatable; "
+                        "values are JSON when they parse as JSON)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar: one short line per epoch (loss, perplexity, valid "
+                        "perplexity, seconds)")
     return p
 
 
@@ -83,32 +106,40 @@ def finetune_config(args):
 
 
 def main(argv=None):
+    """Run the command line; returns the exit code: 0, 2 for an error the user fixes by
+    changing the command (a one-line message), 3 when training diverged."""
     args = build_parser().parse_args(argv)
     from tflm.callbacks import TrainingDiverged
     from tflm.data import CorpusNotFoundError
     from zoo.checkpoint import CheckpointError
     from zoo.config import resolve_config
     from zoo.heads import head_names
+    from zoo.resume import refuse_fixed_flags
     from zoo.training import run
     try:
         if args.head is not None and args.head not in head_names():
             raise UserError(f"unknown head {args.head!r}; choose one of "
                             f"{', '.join(head_names())}.")
         if args.resume:
+            refuse_fixed_flags(args)
             config, out = None, args.resume
         elif args.finetune:
             config = finetune_config(args)
             out = args.out or str(pathlib.Path(args.finetune) / "finetune")
         else:
-            config = resolve_config(args.preset, args.set, corpus=args.corpus, head=args.head,
+            preset = args.preset or "synthetic"
+            config = resolve_config(preset, args.set, corpus=args.corpus, head=args.head,
                                     epochs=args.epochs, batch_size=args.batch_size,
                                     seed=args.seed)
-            out = args.out or os.path.join("runs", f"{pathlib.Path(args.preset).stem}-"
+            out = args.out or os.path.join("runs", f"{pathlib.Path(preset).stem}-"
                                            f"{time.strftime('%Y%m%d-%H%M%S')}")
         results = run(config, out, data_dir=args.data_dir, init_from=args.init_from,
-                      verbose=0 if args.quiet else 1, resume=bool(args.resume),
-                      strategy_name=args.strategy, finetune_from=args.finetune)
+                      verbose=2 if args.quiet else 1, resume=bool(args.resume),
+                      strategy_name=args.strategy, finetune_from=args.finetune,
+                      epochs=args.epochs if args.resume else None)
     except (UserError, CorpusNotFoundError, TrainingDiverged, CheckpointError) as err:
+        if isinstance(err, TrainingDiverged) and not args.quiet:
+            print(flush=True)  # end the progress bar's line
         print(f"zoo.train: error: {err}", file=sys.stderr)
         return 2 if not isinstance(err, TrainingDiverged) else 3
     print(summary_table(results))

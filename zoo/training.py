@@ -11,33 +11,37 @@
   metrics.json    per-epoch history and the final train/valid/test figures
   logs/           TensorBoard: loss, perplexity, learning rate, averaging, words/s, gradient
                   norm per epoch; embedding projector; top-5 predictions text
+
+Nothing silently wrong: the configuration and the corpus are checked before the directory
+is created, a start that fails removes what it created (`zoo.rundir`), and a loss or
+perplexity that stops being finite ends the run (`TrainingDiverged`) with the last good
+checkpoint and best.keras kept and no final.keras or metrics.json written.
 """
 
 import json
+import math
 import pathlib
 
 from zoo import checkpoint
 from zoo.builders import build_model, make_optimizer, make_trigger, pad_to_multiple
-from zoo.corpora import load_data
+from zoo.config import check_config
+from zoo.corpora import check_split_sizes, load_data
 from zoo.errors import UserError
+from zoo.resume import resume_config
+from zoo.rundir import NewRunDir, prepare_run_dir
 
 
 def check_init_model(path, model, vocabulary):
     """Copy the weights of the saved model `path` into `model`, after checking that it was
-    made with the same vocabulary (size, and words when a vocab.txt lies beside it)."""
+    made with the same vocabulary (size, and words when a vocab.txt lies beside it:
+    `zoo.model_vocabulary`)."""
+    from zoo.model_vocabulary import check_model_vocabulary
     from zoo.saving import load_model
     src = load_model(path)
-    if getattr(src, "vocab_size", None) != model.vocab_size:
-        raise UserError(
-            f"--init-from {path}: the checkpoint has a vocabulary of "
-            f"{getattr(src, 'vocab_size', '?')} words but the corpus has {model.vocab_size}; "
-            "train on the corpus the checkpoint was made with.")
-    vocab_file = pathlib.Path(path).parent / "vocab.txt"
-    if vocab_file.exists():
-        saved = vocab_file.read_text(encoding="utf-8").splitlines()
-        if saved != list(vocabulary):
-            raise UserError(f"--init-from {path}: its vocab.txt differs from the corpus "
-                            "vocabulary (same size, different words or order).")
+    size = getattr(src, "vocab_size", None)
+    if size is None:
+        raise UserError(f"--init-from {path}: not a zoo language model (no vocab_size).")
+    check_model_vocabulary(path, size, vocabulary)
     model.set_weights(src.get_weights())
 
 
@@ -75,51 +79,80 @@ def fixed_contexts(ids, count=3, length=20):
     return [ids[s:s + length] for s in starts]
 
 
-def prepare_run_dir(out, config, vocabulary):
-    """Create a new run directory with config.json and vocab.txt; refuse one that holds a
-    finished or an unfinished run."""
-    if (out / "metrics.json").exists():
-        raise UserError(f"{out} already holds a finished run (metrics.json); choose another "
-                        "--out so nothing of it is overwritten.")
-    if (out / "checkpoint").exists():
-        raise UserError(f"{out} holds an unfinished run; continue it with --resume {out} or "
-                        "choose another --out.")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    (out / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+def epoch_line(logs, epochs):
+    """The one line `--quiet` prints per epoch: epoch, train loss and perplexity, validation
+    perplexity, seconds (and "averaging" once averaged SGD has switched)."""
+    line = (f"epoch {logs['epoch']}/{epochs}  loss {logs.get('loss', math.nan):.4f}  "
+            f"ppl {logs.get('perplexity', math.nan):.2f}  valid ppl "
+            f"{logs.get('val_perplexity', math.nan):.2f}  "
+            f"{logs.get('epoch_seconds', math.nan):.1f}s")
+    return line + ("  averaging" if logs.get("averaging") else "")
+
+
+def diverged(err, out, history, best):
+    """`err` (a `TrainingDiverged`) with what was kept and how to go on."""
+    from tflm.callbacks import TrainingDiverged
+    if not history:
+        return TrainingDiverged(f"{err} No epoch had finished, so nothing was kept.")
+    return TrainingDiverged(
+        f"{err} The last good checkpoint (epoch {len(history)}) is kept in "
+        f"{out / 'checkpoint'} and the best model (epoch {best['epoch']}) in "
+        f"{out / 'best.keras'}; no results were written. To go on, start a new run from it "
+        f"with a lower training.lr: --init-from {out / 'best.keras'}.")
 
 
 def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
-        strategy_name="default", finetune_from=None):
+        strategy_name="default", finetune_from=None, epochs=None):
     """Train, checkpoint every epoch, evaluate the best model; returns the metrics dict.
 
     With `resume=True`, `config` is read from `out_dir/config.json` and training continues
     after the last checkpointed epoch with the same data order and random state, so the
-    result equals an uninterrupted run's. With `finetune_from=RUN_DIR` the averaged
-    `best.keras` of that run restarts averaging and training stops on the non-monotonic
-    rule (salesforce/awd-lstm-lm finetune.py).
+    result equals an uninterrupted run's; `epochs` then sets a new total number of epochs
+    (written into config.json; `zoo.resume` says what a resume may change). With
+    `finetune_from=RUN_DIR` the averaged `best.keras` of that run restarts averaging and
+    training stops on the non-monotonic rule (salesforce/awd-lstm-lm finetune.py).
+    `verbose`: 1 = Keras' progress bar ("Epoch k/N" over the whole run), 2 = one short
+    line per epoch (`epoch_line`), 0 = silent.
     """
+    out = pathlib.Path(out_dir)
+    state, changed = None, False
+    if resume:
+        config, state, changed = resume_config(out, epochs)
+    check_config(config)
+    training = config["training"]
+    corpus, optimal = load_data(config["corpus"], data_dir)
+    check_split_sizes(corpus, training)
+    trigger = make_trigger(training, finetune=bool(finetune_from or config.get("finetune")))
+    with NewRunDir(out) as run_dir:
+        if resume:
+            run_dir.keep()  # an existing run: a failed resume removes nothing of it
+        else:
+            prepare_run_dir(out, config, list(corpus.vocabulary))
+        return _train(config, out, run_dir, corpus, optimal, trigger, verbose=verbose,
+                      state=state, rewrite_config=changed,
+                      init_from=init_from, strategy_name=strategy_name,
+                      finetune_from=finetune_from)
+
+
+def _train(config, out, run_dir, corpus, optimal, trigger, verbose, state, rewrite_config,
+           init_from, strategy_name, finetune_from):
+    """`run` after its checks: build or load the model, train the remaining epochs with a
+    checkpoint after each (`run_dir.keep()` after the first), write the outputs."""
     import keras
 
     from tflm import data, distribute
-    from tflm.callbacks import StopOnNaN, WordsPerSecond
+    from tflm.callbacks import EpochProgbar, StopOnNaN, TrainingDiverged, WordsPerSecond
     from tflm.optimizers import averaged_weights
     from tflm.tensorboard import EmbeddingProjector, TopPredictionsText
     from zoo.saving import load_model
 
-    out = pathlib.Path(out_dir)
     strategy = distribute.get_strategy(strategy_name) if strategy_name != "default" else None
-    if resume:
-        checkpoint.read_state(out)  # fail early on a missing or corrupt checkpoint
-        config = json.loads((out / "config.json").read_text())
     training = config["training"]
     seed = int(training.get("seed", 0))
     keras.utils.set_random_seed(seed)
-    corpus, optimal = load_data(config["corpus"], data_dir)
     vocabulary = list(corpus.vocabulary)
     print_ = checkpoint.fingerprint(config, vocabulary)
-    if not resume:
-        prepare_run_dir(out, config, vocabulary)
+    resume = state is not None
 
     scope = strategy.scope() if strategy is not None else keras.name_scope("run")
     with scope:
@@ -134,9 +167,10 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
                 check_init_model(init_from, model, vocabulary)
             if finetune_from:
                 load_for_finetune(model, finetune_from, vocabulary)
+    if rewrite_config:  # a resume with a new --epochs: config.json records the new total
+        (out / "config.json").write_text(json.dumps(config, indent=2))
     if finetune_from and not resume:
         state["best"] = finetune_baseline(model, out, strategy, corpus.valid, training)
-    trigger = make_trigger(training, finetune=bool(finetune_from or config.get("finetune")))
     if trigger is not None and state.get("trigger"):
         trigger.set_state(state["trigger"])
 
@@ -156,14 +190,21 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
     extras = [] if trigger is None else [trigger]
     extras += [EmbeddingProjector(out / "logs", vocabulary),
                TopPredictionsText(out / "logs", fixed_contexts(corpus.valid), vocabulary)]
+    progress = [EpochProgbar(epochs)] if verbose == 1 else []
     history, best = state["history"], state["best"]
     for epoch in range(state["epoch"], epochs):
+        if getattr(trigger, "stopped", False):  # the non-monotonic rule ended finetuning
+            break
         train_ds = distribute.lm_dataset_for(strategy, corpus.train, batch, bptt, train=True,
                                              seed=seed, epoch=epoch, max_len=max_len,
                                              pad_to_multiple=pad)
-        hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
-                         epochs=epoch + 1, verbose=verbose,
-                         callbacks=[StopOnNaN(), speed, *extras[:1], board, *extras[1:]])
+        try:
+            hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
+                             epochs=epoch + 1, verbose=1 if verbose == 1 else 0,
+                             callbacks=[StopOnNaN(), speed, *extras[:1], board, *extras[1:],
+                                        *progress])
+        except TrainingDiverged as err:
+            raise diverged(err, out, history, best) from err
         logs = {k: float(v[-1]) for k, v in hist.history.items()}
         logs["epoch"] = epoch + 1
         logs["learning_rate"] = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
@@ -175,8 +216,9 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
         checkpoint.save_checkpoint(out, model, {
             "epoch": epoch + 1, "history": history, "best": best, "fingerprint": print_,
             "trigger": None if trigger is None else trigger.get_state()})
-        if getattr(trigger, "stopped", False):
-            break
+        run_dir.keep()
+        if verbose == 2:
+            print(epoch_line(logs, epochs), flush=True)
     with averaged_weights(model):
         model.save(out / "final.keras")
 

@@ -18,7 +18,7 @@ import pathlib
 import numpy as np
 
 from tflm.data import download as _download
-from tflm.data.vocabulary import EOS, Vocabulary
+from tflm.data.vocabulary import EOS, Vocabulary, not_utf8_error
 
 SPLITS = ("train", "valid", "test")
 _SPLIT_ALIASES = {"train": "train", "valid": "valid", "validation": "valid", "val": "valid",
@@ -140,10 +140,23 @@ def read_split(path, word_ids=None, *, add_eos=True, fixed=False):
 
     Returns:
         1-D int32 array of ids.
+
+    Raises:
+        ValueError: a byte that is not UTF-8, or an unknown word with `fixed`; the message
+            names the file and the line.
     """
     if word_ids is None:
         word_ids = {}
     ids = []
+    try:
+        _read_lines(path, word_ids, ids, add_eos, fixed)
+    except UnicodeDecodeError:
+        raise not_utf8_error(path) from None
+    return np.array(ids, dtype=np.int32)
+
+
+def _read_lines(path, word_ids, ids, add_eos, fixed):
+    """`read_split`'s loop: append the ids of every line of `path` to `ids`."""
     with open(path, "r", encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
             words = line.split()
@@ -160,7 +173,6 @@ def read_split(path, word_ids=None, *, add_eos=True, fixed=False):
             else:
                 setdefault = word_ids.setdefault
                 ids.extend([setdefault(w, len(word_ids)) for w in words])
-    return np.array(ids, dtype=np.int32)
 
 
 def read_corpus(files, *, name="corpus", vocabulary=None):

@@ -8,6 +8,23 @@ UNK = "<unk>"
 EOS = "<eos>"
 
 
+def not_utf8_error(path):
+    """A `ValueError` naming the file, line and column of the first byte of `path` that is
+    not UTF-8 (for a `UnicodeDecodeError`, whose offset counts from the decoded chunk, not
+    from the start of the file)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+        return ValueError(f"{path}, line {line}, column {column}: byte "
+                          f"0x{raw[error.start]:02x} is not UTF-8 ({error.reason}); corpus "
+                          "and vocabulary files must be UTF-8 text.")
+    return ValueError(f"{path} is not UTF-8 text; corpus and vocabulary files must be.")
+
+
 class Vocabulary:
     """An ordered word <-> id mapping; ids are positions in `tokens`.
 
@@ -141,8 +158,11 @@ class Vocabulary:
     def load(cls, path):
         """Reads a file written by `save` (one token per line, UTF-8)."""
         path = os.fspath(path)
-        with open(path, "r", encoding="utf-8", newline="") as f:
-            lines = f.read().split("\n")
+        try:
+            with open(path, "r", encoding="utf-8", newline="") as f:
+                lines = f.read().split("\n")
+        except UnicodeDecodeError:
+            raise not_utf8_error(path) from None
         if lines and lines[-1] == "":
             lines.pop()
         tokens = []
