@@ -39,13 +39,14 @@ def test_jax_fit_carries_state_evaluates_predicts_and_saves(tmp_path):
         assert abs(ev_gen["perplexity"] - ev["perplexity"]) < 1e-4 * ev["perplexity"], (
             ev_gen, ev)
         # The same pass by hand on the eager path, carrying the state (and not carrying it).
-        m.reset_stream_states()
-        carried = np.concatenate([keras.ops.convert_to_numpy(m(x[i:i+2]))
-                                  for i in range(0, len(x), 2)])
+        m.reset_states()
+        with m.streaming():
+            carried = np.concatenate([keras.ops.convert_to_numpy(m(x[i:i+2]))
+                                      for i in range(0, len(x), 2)])
         fresh = np.concatenate([keras.ops.convert_to_numpy(m.forward_with_state(x[i:i+2])[0])
                                 for i in range(0, len(x), 2)])
         nll = -np.take_along_axis(carried, y[:, :, None], -1).mean()
-        pred = m.predict(x, batch_size=2, verbose=0)   # jitted, the eval state carried
+        pred = m.predict(x, batch_size=2, verbose=0, stream=True)  # jitted, carried
         path = "{tmp_path}/m.keras"
         m.save(path)
         m2 = keras.saving.load_model(path)

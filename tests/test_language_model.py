@@ -38,9 +38,65 @@ def test_windows_with_carried_state_equal_one_long_pass():
     model = _model()
     data = _tokens((3, 61))
     long_pass, _ = model.forward_with_state(data[:, :60], None, training=False)
-    model.reset_stream_states()
-    pieces = [np.asarray(model(x, training=False)) for x, _ in _windows(data, 7)]
+    model.reset_states()
+    with model.streaming():
+        pieces = [np.asarray(model(x, training=False)) for x, _ in _windows(data, 7)]
     np.testing.assert_allclose(np.concatenate(pieces, 1), np.asarray(long_pass), atol=1e-5)
+
+
+def test_direct_calls_start_from_zero_state_unless_streaming():
+    model = _model()
+    data = _tokens((3, 20), seed=5)
+    first, second = data[:, :10], data[:, 10:]
+    fresh, _ = model.forward_with_state(second, None)
+    np.testing.assert_array_equal(np.asarray(model(second)), np.asarray(model(second)))
+    np.testing.assert_allclose(np.asarray(model(second)), np.asarray(fresh), atol=1e-6)
+    model(first)  # a plain call keeps nothing
+    np.testing.assert_allclose(np.asarray(model(second)), np.asarray(fresh), atol=1e-6)
+    both, _ = model.forward_with_state(data, None)
+    with model.streaming():
+        model(first)
+        carried = np.asarray(model(second))
+    np.testing.assert_allclose(carried, np.asarray(both)[:, 10:], atol=1e-5)
+    assert np.abs(carried - np.asarray(fresh)).max() > 1e-3  # the carried state matters
+    with model.streaming():  # the state stays until reset_states()
+        again = np.asarray(model(second))
+    assert np.abs(again - carried).max() > 1e-4
+    model.reset_states()
+    with model.streaming():
+        np.testing.assert_allclose(np.asarray(model(second)), np.asarray(fresh), atol=1e-6)
+
+
+def test_predict_rows_are_independent_unless_asked_to_stream():
+    model = _model()
+    model.compile(optimizer="sgd")
+    rows = _tokens((64, 8), seed=6)
+    both = model.predict(rows, batch_size=32, verbose=0)
+    alone = model.predict(rows[32:], batch_size=32, verbose=0)
+    np.testing.assert_allclose(both[32:], alone, atol=1e-6)
+    np.testing.assert_allclose(model.predict_on_batch(rows[32:]), alone, atol=1e-6)
+    data = _tokens((2, 31), seed=7)
+    windows = [x for x, _ in _windows(data, 10)][:3]  # three windows of two streams
+    long_pass, _ = model.forward_with_state(data[:, :30], None)
+    ds = tf.data.Dataset.from_tensor_slices(np.stack(windows)).unbatch().batch(2)
+    streamed = model.predict(ds, verbose=0, stream=True)
+    np.testing.assert_allclose(np.concatenate(np.split(streamed, 3), 1), np.asarray(long_pass),
+                               atol=1e-5)
+    # Back to independent batches: the predict function is traced again without carrying.
+    np.testing.assert_allclose(model.predict(rows, batch_size=32, verbose=0)[32:], alone,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("head", [{"type": "softmax"}, {"type": "plif", "num_intervals": 20}])
+def test_forward_with_state_builds_the_model_so_it_saves_and_reloads(tmp_path, head):
+    model = _model(head=head)
+    x = _tokens((2, 6), seed=8)
+    out, _ = model.forward_with_state(x, None)
+    assert model.built
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(np.asarray(loaded.forward_with_state(x, None)[0]),
+                               np.asarray(out), atol=1e-6)
 
 
 def test_evaluate_perplexity_is_exp_of_token_mean_nll_over_the_pass():
@@ -160,8 +216,9 @@ def test_torch_backend_fit_and_state_carrying():
         y = np.stack([data[:, i+1:i+6] for i in range(0, 190, 5)])
         h = m.fit(x.reshape(-1, 5), y.reshape(-1, 5), batch_size=2, shuffle=False, epochs=2, verbose=0)
         lp, _ = m.forward_with_state(data[:, :40])
-        m.reset_stream_states()
-        parts = [keras.ops.convert_to_numpy(m(data[:, i:i+5])) for i in range(0, 40, 5)]
+        m.reset_states()
+        with m.streaming():
+            parts = [keras.ops.convert_to_numpy(m(data[:, i:i+5])) for i in range(0, 40, 5)]
         gap = np.abs(np.concatenate(parts, 1) - keras.ops.convert_to_numpy(lp)).max()
         print(h.history["perplexity"][0], h.history["perplexity"][-1], gap)
     """)

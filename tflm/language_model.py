@@ -30,7 +30,7 @@ class LanguageModel(TokenWindowBuild, keras.Model):
 
     - the LSTM state of every stream is carried from one window to the next (per replica),
       without gradient across windows, separately for training and for inference; it is
-      zeroed at the start of every epoch and of every `evaluate` / `predict`
+      zeroed at the start of every epoch and of every `evaluate` / `predict(stream=True)`
       (docs/design.md, contract 3; no `stateful=True`). On JAX the jitted steps are
       stateless, so the state lives in non-trainable variables of the batch's shape (not
       weights, not saved), made when fit / evaluate / predict start; each distinct window
@@ -44,6 +44,20 @@ class LanguageModel(TokenWindowBuild, keras.Model):
       exp(total NLL / total tokens), and the last step's gradient norm; with
       `log_window_values = True` also the window's own `window_loss`, `window_nll` and
       `window_tokens` in every step's logs (for benchmarks that time single steps).
+
+    Inference state, explicitly:
+
+    - `model(x)` starts every call from zero state and keeps nothing: the same input gives
+      the same output. `model.forward_with_state(x, states)` returns the new states for
+      you to pass on.
+    - `with model.streaming(): model(x1); model(x2)` carries the state from each call to
+      the next (consecutive windows of the same streams); `model.reset_states()` zeros it.
+    - `predict(x)` and `predict_on_batch(x)` treat every batch as independent rows (zero
+      state per batch, as Keras' `predict`); `predict(windows, stream=True)` carries the
+      state across the batches of one call, for a split's windows in stream order
+      (`tflm.data.lm_dataset(..., train=False)`).
+    - `fit`, `evaluate`, `train_on_batch` and `test_on_batch` carry it: their batches are
+      consecutive windows of the same streams, as the reference trains and evaluates.
 
     Everything that differs between TensorFlow, JAX and PyTorch is behind
     `tflm.backends.current()`; `traced_steps` counts the Python executions of the train and
@@ -82,6 +96,8 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         self.traced_steps = {"train": 0, "test": 0}
         self._streams = None
         self._passes_running = 0
+        self._carrying = 0  # > 0: call() carries the stream state (a pass, streaming())
+        self._predict_streams = None  # the `stream` the predict function was traced with
         self.loss_tracker = TokenMeanNLL(name="loss")
         self.nll_tracker = TokenMeanNLL(name="nll")
         self.perplexity_tracker = Perplexity(name="perplexity")
@@ -111,6 +127,21 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         """Create the state stores now (call under `strategy.scope()` when distributed)."""
         self.stream_state(True)
 
+    def reset_states(self):
+        """Zero the carried state of every stream (training and inference)."""
+        self.reset_stream_states()
+
+    @contextlib.contextmanager
+    def streaming(self):
+        """Within this block, direct calls `model(x)` carry the LSTM state from one call to
+        the next (windows of the same streams, in order); outside it every call starts
+        from zero state. The carried state is not zeroed on entry: `reset_states()`."""
+        self._carrying += 1
+        try:
+            yield self
+        finally:
+            self._carrying -= 1
+
     def reset_stream_states(self, which="all"):
         """Zero the carried state: "train", "eval" or "all"."""
         if self._streams is None:
@@ -130,7 +161,7 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         return backends.current().build_under_strategy(self)
 
     def call(self, tokens, training=False):
-        if not self.carry_state:
+        if not (self.carry_state and self._carrying):
             log_probs, _ = self.forward_with_state(tokens, None, training=training)
             return log_probs
         store = self.stream_state(training)
@@ -204,15 +235,32 @@ class LanguageModel(TokenWindowBuild, keras.Model):
 
     # ---- passes over a split start from zero state --------------------------------------
     @contextlib.contextmanager
-    def _pass(self, training, data, batch_size=None):
+    def _pass(self, training, data, batch_size=None, carry=True):
         """Prepare the carried state for a pass over `data`; yields the data to pass on (a
-        generator whose first batch was read to learn the batch size comes back whole)."""
+        generator whose first batch was read to learn the batch size comes back whole).
+        `carry`: the pass's batches are consecutive windows (the state goes from one to the
+        next); else every batch starts from zero state."""
         data = self._prepare_pass(training, data, batch_size)
         self._passes_running += 1
+        with self._carrying_state(carry):
+            try:
+                yield data
+            finally:
+                self._passes_running -= 1
+
+    @contextlib.contextmanager
+    def _carrying_state(self, carry=True):
+        self._carrying += int(carry)
         try:
-            yield data
+            yield
         finally:
-            self._passes_running -= 1
+            self._carrying -= int(carry)
+
+    def _predict_mode(self, stream):
+        """The predict function is traced with or without carrying; retrace on a change."""
+        if self._predict_streams is not None and self._predict_streams != stream:
+            self.make_predict_function(force=True)
+        self._predict_streams = stream
 
     def _prepare_pass(self, training, data, batch_size=None):
         backend = backends.current()
@@ -245,21 +293,27 @@ class LanguageModel(TokenWindowBuild, keras.Model):
             self.reset_stream_states("eval")
             return super().evaluate(x, y, batch_size, *args, **kwargs)
 
-    def predict(self, x, batch_size=None, *args, **kwargs):
-        with self._pass(False, x, batch_size) as x:
+    def predict(self, x, batch_size=None, *args, stream=False, **kwargs):
+        """Keras' `predict`; every batch from zero state, or with `stream=True` the state
+        carried across the batches (consecutive windows of the same streams)."""
+        with self._pass(False, x, batch_size, carry=stream) as x:
             self.reset_stream_states("eval")
+            self._predict_mode(bool(stream))
             return super().predict(x, batch_size, *args, **kwargs)
 
     def train_on_batch(self, x, *args, **kwargs):
         backends.current().prepare_pass(self, True, leading_dim(x))
-        return super().train_on_batch(x, *args, **kwargs)
+        with self._carrying_state():
+            return super().train_on_batch(x, *args, **kwargs)
 
     def test_on_batch(self, x, *args, **kwargs):
         backends.current().prepare_pass(self, False, leading_dim(x))
-        return super().test_on_batch(x, *args, **kwargs)
+        with self._carrying_state():
+            return super().test_on_batch(x, *args, **kwargs)
 
     def predict_on_batch(self, x):
-        backends.current().prepare_pass(self, False, leading_dim(x))
+        """Keras' `predict_on_batch`, from zero state (the rows of `x` are independent)."""
+        self._predict_mode(False)
         return super().predict_on_batch(x)
 
     def get_config(self):

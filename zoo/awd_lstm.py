@@ -99,11 +99,17 @@ class AWDLSTM(LanguageModel):
         if self.built:
             return
         dummy = ops.zeros((1, 2), "int32")
-        self.forward_with_state(dummy, None, training=False)
+        self._forward(dummy, None, training=False)
         self.built = True
 
     def forward_with_state(self, tokens, states=None, training=False):
-        """Pure forward pass: (log-probabilities, final [(h, c)] per layer)."""
+        """Pure forward pass: (log-probabilities, final [(h, c)] per layer). Builds the
+        model first when it is not built (so it saves and reloads like a built one)."""
+        if not self.built:
+            self.build()
+        return self._forward(tokens, states, training)
+
+    def _forward(self, tokens, states=None, training=False):
         out = self.backbone(tokens, states=states, training=training)
         mask = out.get("padding_mask")
         head_inputs = out["layer_outputs"] if self.head_takes_all_layers \
