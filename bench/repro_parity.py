@@ -127,6 +127,7 @@ def figure(curves, path, title):
         ax.plot(range(1, len(curve) + 1), curve, marker="o",
                 linestyle="-" if side == "keras" else "--",
                 label=f"{'tflm (Keras)' if side == 'keras' else 'reference (PyTorch)'} seed {seed}")
+    ax.set_xticks(range(1, max(len(c) for c in curves.values()) + 1))
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation perplexity")
     ax.set_title(title, fontsize=9)
