@@ -1,6 +1,8 @@
 """`python -m zoo.train` end to end on a tiny synthetic corpus, and its errors."""
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -94,19 +96,27 @@ def test_nan_loss_stops_with_epoch_and_step(tmp_path, capsys):
     assert not (tmp_path / "n" / "metrics.json").exists()
 
 
-def test_cli_module_runs(tmp_path):
+# TensorFlow's start-up lines (`zoo.quiet_start`): absl's banner, C++ log lines
+# ("I0000 00:00:1795461606.546738   30094 cudart_stub.cc:31] ..."), the CPU-instructions note.
+START_UP_NOISE = re.compile(r"^(WARNING: All log messages before absl|[IWE]\d{4} \d\d:\d\d:"
+                            r"\d\d\.\d+ +\d+ \S+:\d+\]|To enable the following instructions)",
+                            re.MULTILINE)
+
+
+def test_cli_module_runs_without_start_up_noise(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # a user's shell
     proc = subprocess.run([sys.executable, "-m", "zoo.train", "--epochs", "1", "--out",
-                           str(tmp_path / "cli"), *TINY], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+                           str(tmp_path / "cli"), *TINY], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "valid perplexity" in proc.stdout
+    assert not START_UP_NOISE.findall(proc.stderr), proc.stderr[-2000:]
 
 
 def _cli(args, kill_after_checkpoint=False):
     """`python -m zoo.train ARGS` in a fresh process; with `kill_after_checkpoint` the
     process dies (exit 137, no cleanup, as when killed) right after its first epoch
     checkpoint is written."""
-    import os
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     if not kill_after_checkpoint:
         return subprocess.run([sys.executable, "-m", "zoo.train", *args], cwd=REPO, env=env,

@@ -1,13 +1,24 @@
 """`python -m zoo.train` says what went wrong instead of going on: divergence, bad starts,
 resumes that would change a run, finished runs; and it reports progress and its flags."""
 
+import hashlib
 import json
+import logging
+import os
+import pathlib
+import shlex
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 
+from tests.conftest import REPO
 from tests.test_zoo_train import TINY
 from zoo import checkpoint, train
+from zoo.rundir import NewRunDir
 
 
 def _error(capsys):
@@ -194,6 +205,111 @@ def test_resume_plan_of_stopped_killed_and_shortened_runs(tmp_path):
     assert changed and config["training"]["epochs"] == 6
     with pytest.raises(UserError, match="fewer than the 4 epochs"):
         resume_config(running, epochs=3)
+
+
+# --- Ctrl-C and damaged checkpoints ---------------------------------------------------------
+
+def test_ctrl_c_prints_how_to_resume_and_keeps_the_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # a user's shell
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zoo.train", "--epochs", "50", "--out", str(out), *TINY],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        # Python turns SIGINT into KeyboardInterrupt only when it is not ignored on start.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    state = out / "checkpoint" / "state.json"
+    try:
+        deadline = time.monotonic() + 300
+        while not state.exists():
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+            assert time.monotonic() < deadline, "no checkpoint after 300 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert len(err.strip().splitlines()) == 1, err[-2000:]
+    done = json.loads(state.read_text())["epoch"]
+    assert f"the checkpoint of epoch {done} is kept in {out / 'checkpoint'}" in err, err
+    resume = shlex.join(["python", "-m", "zoo.train", "--resume", str(out), "--quiet"])
+    assert err.strip().endswith(f"continue the run with: {resume}"), err
+    assert not (out / "metrics.json").exists()
+    # The checkpoint is whole: the run goes on from it and finishes.
+    assert train.main(["--resume", str(out), "--epochs", str(done + 1), "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [h["epoch"] for h in metrics["history"]] == list(range(1, done + 2))
+
+
+def test_ctrl_c_before_the_first_checkpoint_keeps_nothing(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", interrupted)
+    out = tmp_path / "runs" / "r"
+    tf_logger = logging.getLogger("tensorflow")
+    level = tf_logger.level
+    try:
+        code = train.main(["--epochs", "3", "--out", str(out), *TINY])
+    except KeyboardInterrupt:
+        pytest.fail("the Ctrl-C left main() (a traceback for the user)")
+    finally:
+        tf_logger.setLevel(level)  # main() quiets TensorFlow's logger as its process ends
+    err = _error(capsys)
+    assert code == 130, err
+    assert "interrupted before the first epoch finished, so nothing was kept" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_ctrl_c_while_a_checkpoint_is_swapped_in_keeps_the_previous_one(tmp_path, monkeypatch):
+    import keras
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    checkpoint.save_checkpoint(tmp_path, model, {"epoch": 1})
+    rename = pathlib.Path.rename
+
+    def interrupted_rename(self, target):  # Ctrl-C once the old checkpoint is moved aside
+        if self.name.startswith(".checkpoint-") and self.name != ".checkpoint-previous":
+            raise KeyboardInterrupt
+        return rename(self, target)
+
+    monkeypatch.setattr(pathlib.Path, "rename", interrupted_rename)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save_checkpoint(tmp_path, model, {"epoch": 2})
+    monkeypatch.undo()
+    assert checkpoint.read_state(tmp_path)["epoch"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]
+
+
+def test_a_new_run_folder_holding_a_checkpoint_is_kept_on_ctrl_c(tmp_path):
+    out = tmp_path / "r"
+    with pytest.raises(KeyboardInterrupt):
+        with NewRunDir(out):  # interrupted after the checkpoint was written, before keep()
+            (out / "checkpoint").mkdir(parents=True)
+            raise KeyboardInterrupt
+    assert (out / "checkpoint").is_dir()
+
+
+def _snapshot(directory):
+    return {str(p.relative_to(directory)): (p.stat().st_mtime_ns,
+                                            hashlib.sha256(p.read_bytes()).hexdigest()
+                                            if p.is_file() else None)
+            for p in sorted(directory.rglob("*"))}
+
+
+def test_truncated_checkpoint_model_is_named_unreadable_and_nothing_is_touched(
+        tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.main(["--epochs", "1", "--out", str(out), *TINY]) == 0
+    capsys.readouterr()
+    model = out / "checkpoint" / "model.keras"
+    data = model.read_bytes()
+    model.write_bytes(data[:len(data) // 2])
+    before = _snapshot(out)
+    assert train.main(["--resume", str(out), "--epochs", "2", "--quiet"]) == 2
+    err = _error(capsys)
+    assert f"the checkpoint's model file {model} is unreadable (corrupt or truncated" in err, err
+    assert "File not found" not in err, err
+    assert _snapshot(out) == before, "a failed resume must not touch the run"
 
 
 # --- progress and help ----------------------------------------------------------------------

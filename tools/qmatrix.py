@@ -29,8 +29,6 @@ import time
 
 import numpy as np
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 
 class VocabularyMismatchError(ValueError):
     """The model's output size differs from the corpus vocabulary. (The command line also
@@ -123,6 +121,8 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float16", "float32", "float64"])
     p.add_argument("--bptt", type=int, default=70)
     args = p.parse_args(argv)
+    from zoo import quiet_start
+    quiet_start.start()
     from tflm.data import CorpusNotFoundError
     from zoo.model_vocabulary import VOCAB_FILE, check_model_vocabulary
     from zoo.saving import load_model

@@ -262,6 +262,9 @@ def main(argv=None):
 
     args = _parser().parse_args(argv)
     prog = "tools.rank"
+    if args.progress:  # the progress bar is Keras', which imports TensorFlow
+        from zoo import quiet_start
+        quiet_start.start()
     inputs = [("q", p) for p in args.q] + [("spectrum", p) for p in args.spectrum]
     if not inputs:
         print(f"{prog}: error: give at least one Q .npy file or --spectrum FILE",

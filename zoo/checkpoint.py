@@ -41,6 +41,7 @@ def save_checkpoint(run_dir, model, state):
     """Write `RUN_DIR/checkpoint` atomically (model, optimizer, RNG, `state` dict)."""
     run_dir = pathlib.Path(run_dir)
     final = run_dir / "checkpoint"
+    old = run_dir / ".checkpoint-previous"
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=run_dir))
     try:
         model.save(tmp / "model.keras")
@@ -48,7 +49,6 @@ def save_checkpoint(run_dir, model, state):
         np.savez(tmp / "rng.npz", *[keras.ops.convert_to_numpy(v.value)
                                     for v in _rng_variables(model)])
         (tmp / "state.json").write_text(json.dumps(dict(state, version=STATE_VERSION), indent=2))
-        old = run_dir / ".checkpoint-previous"
         if old.exists():
             shutil.rmtree(old)
         if final.exists():
@@ -56,7 +56,9 @@ def save_checkpoint(run_dir, model, state):
         tmp.rename(final)
         if old.exists():
             shutil.rmtree(old)
-    except BaseException:
+    except BaseException:  # a failure or a Ctrl-C: the previous checkpoint stays in place
+        if not final.exists() and old.exists():
+            old.rename(final)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
@@ -79,16 +81,14 @@ def read_state(run_dir):
 
 def load_checkpoint(run_dir, expected_fingerprint):
     """(model, state) from RUN_DIR's checkpoint, after checking it fits this configuration."""
-    from zoo.saving import load_model
-
     state = read_state(run_dir)
     if state.get("fingerprint") != expected_fingerprint:
         raise CheckpointError(
             f"the checkpoint in {run_dir} was made with another model, corpus or vocabulary "
             "than its config.json now describes; resume with the original configuration.")
     directory = pathlib.Path(run_dir) / "checkpoint"
+    model = _load_checkpoint_model(directory / "model.keras")
     try:
-        model = load_model(directory / "model.keras")
         rng = np.load(directory / "rng.npz")
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same user problem
         raise CheckpointError(f"cannot read the checkpoint in {directory}: {err}") from err
@@ -100,3 +100,30 @@ def load_checkpoint(run_dir, expected_fingerprint):
     for i, variable in enumerate(variables):
         variable.assign(rng[f"arr_{i}"])
     return model, state
+
+
+def _load_checkpoint_model(path):
+    """The model of a checkpoint; `CheckpointError` naming `path` when it is missing, or not
+    a whole `.keras` (zip) file: Keras reports such a file as "File not found"."""
+    import zipfile
+    import zlib
+
+    from zoo.saving import load_model
+
+    def unreadable(reason):
+        return CheckpointError(f"the checkpoint's model file {path} is unreadable (corrupt or "
+                               f"truncated: {reason}); the run cannot be resumed from this "
+                               "checkpoint.")
+    if not path.is_file():
+        raise CheckpointError(f"the checkpoint's model file {path} is missing; the run cannot "
+                              "be resumed from this checkpoint.")
+    if not zipfile.is_zipfile(path):
+        raise unreadable("not a complete .keras zip file")
+    try:
+        return load_model(path)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as err:
+        raise unreadable(" ".join(str(err).split()) or type(err).__name__) from err
+    except Exception as err:  # noqa: BLE001 - e.g. a class this code no longer registers
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise CheckpointError(f"cannot load the checkpoint's model file {path}: "
+                              f"{reason}") from err

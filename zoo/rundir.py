@@ -4,7 +4,9 @@ A run that fails before its first epoch checkpoint has nothing worth keeping, so
 `NewRunDir` removes what this invocation created (the directory itself, and any parent it
 had to create, or only the new entries of a directory that existed before) and lets the
 error through. Once a checkpoint is written, `keep()` makes the directory permanent: a later
-failure (divergence, a kill) leaves the last good checkpoint for `--resume` or `--init-from`.
+failure (divergence, a kill, a Ctrl-C) leaves the last good checkpoint for `--resume` or
+`--init-from`. A directory that holds a checkpoint is kept even when `keep()` was not reached
+(a Ctrl-C just after the first checkpoint was written).
 """
 
 import json
@@ -58,7 +60,7 @@ class NewRunDir:
         self.kept = True
 
     def __exit__(self, kind, error, traceback):
-        if kind is None or self.kept:
+        if kind is None or self.kept or (self.out / "checkpoint").is_dir():
             return False
         if self._top is not None:
             shutil.rmtree(self._top, ignore_errors=True)

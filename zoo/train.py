@@ -11,14 +11,14 @@ training loop with its checkpoints `zoo.training`.
 
 import argparse
 import json
+import logging
 import os
 import pathlib
+import shlex
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from zoo.errors import UserError  # noqa: E402
+from zoo.errors import UserError
 
 
 def build_parser():
@@ -105,10 +105,69 @@ def finetune_config(args):
     return config
 
 
+def output_dir(args):
+    """The run directory the command writes into: --resume's, --out, a finetune's
+    RUN_DIR/finetune, else runs/<preset>-<time>."""
+    if args.resume:
+        return args.resume
+    if args.finetune:
+        return args.out or str(pathlib.Path(args.finetune) / "finetune")
+    return args.out or os.path.join("runs", f"{pathlib.Path(args.preset or 'synthetic').stem}-"
+                                    f"{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def interrupted_message(out, args):
+    """The one line a Ctrl-C prints: where the last epoch checkpoint is and the command that
+    continues the run, or that nothing was kept (a new run's folder is removed when no
+    epoch finished: `zoo.rundir`)."""
+    from zoo.checkpoint import CheckpointError, read_state
+    out = pathlib.Path(out)
+    if not (out / "checkpoint" / "state.json").exists():
+        left = (f"{out} holds no checkpoint" if out.exists()
+                else f"no run folder is left at {out}")
+        return f"interrupted before the first epoch finished, so nothing was kept ({left})."
+    try:
+        done = f"epoch {read_state(out)['epoch']}"
+    except (CheckpointError, KeyError, OSError):
+        done = "the last finished epoch"
+    command = ["python", "-m", "zoo.train", "--resume", str(out)]
+    for flag, value in (("--epochs", args.epochs if args.resume else None),
+                        ("--data-dir", args.data_dir),
+                        ("--strategy", None if args.strategy == "default" else args.strategy)):
+        if value is not None:
+            command += [flag, str(value)]
+    command += ["--quiet"] if args.quiet else []
+    return (f"interrupted; the checkpoint of {done} is kept in {out / 'checkpoint'}; "
+            f"continue the run with: {shlex.join(command)}")
+
+
 def main(argv=None):
     """Run the command line; returns the exit code: 0, 2 for an error the user fixes by
-    changing the command (a one-line message), 3 when training diverged."""
-    args = build_parser().parse_args(argv)
+    changing the command (a one-line message), 3 when training diverged, 130 on Ctrl-C
+    (a one-line message saying how to continue)."""
+    from zoo import quiet_start
+    args = out = None
+    try:
+        quiet_start.start()  # before the parser, whose help lists the heads (imports Keras)
+        args = build_parser().parse_args(argv)
+        out = output_dir(args)
+        return _main(args, out)
+    except KeyboardInterrupt:
+        # The command ends here. A Ctrl-C during tracing leaves half-built graphs whose
+        # TensorArrays log "Object was never used" errors when freed: noise, not for the user.
+        logging.getLogger("tensorflow").setLevel(logging.CRITICAL)
+        if out is None:
+            print("zoo.train: interrupted before the run started; nothing was written.",
+                  file=sys.stderr)
+            return 130
+        if not args.quiet:
+            print(flush=True)  # end the progress bar's line
+        print(f"zoo.train: {interrupted_message(out, args)}", file=sys.stderr)
+        return 130
+
+
+def _main(args, out):
+    """`main` after the start: train into `out`, or print the one-line error."""
     from tflm.callbacks import TrainingDiverged
     from tflm.data import CorpusNotFoundError
     from zoo.checkpoint import CheckpointError
@@ -122,17 +181,13 @@ def main(argv=None):
                             f"{', '.join(head_names())}.")
         if args.resume:
             refuse_fixed_flags(args)
-            config, out = None, args.resume
+            config = None
         elif args.finetune:
             config = finetune_config(args)
-            out = args.out or str(pathlib.Path(args.finetune) / "finetune")
         else:
-            preset = args.preset or "synthetic"
-            config = resolve_config(preset, args.set, corpus=args.corpus, head=args.head,
-                                    epochs=args.epochs, batch_size=args.batch_size,
-                                    seed=args.seed)
-            out = args.out or os.path.join("runs", f"{pathlib.Path(preset).stem}-"
-                                           f"{time.strftime('%Y%m%d-%H%M%S')}")
+            config = resolve_config(args.preset or "synthetic", args.set, corpus=args.corpus,
+                                    head=args.head, epochs=args.epochs,
+                                    batch_size=args.batch_size, seed=args.seed)
         results = run(config, out, data_dir=args.data_dir, init_from=args.init_from,
                       verbose=2 if args.quiet else 1, resume=bool(args.resume),
                       strategy_name=args.strategy, finetune_from=args.finetune,
