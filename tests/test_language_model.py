@@ -305,3 +305,13 @@ def test_tensorflow_xla_fit_matches_graph_fit():
         hist = model.fit(train, validation_data=valid, epochs=2, verbose=0)
         results.append([hist.history[k][-1] for k in ("loss", "val_perplexity")])
     np.testing.assert_allclose(results[0], results[1], rtol=1e-4)
+
+
+def test_summary_shows_batch_and_time_dimensions_not_a_dummy_window():
+    model = _model(head={"type": "mos", "num_experts": 3}, last_dim=10)
+    model.build()
+    lines = []
+    model.summary(print_fn=lambda line, **kwargs: lines.append(line))
+    table = "\n".join(lines).split("Param #")[1].split("Total params")[0]
+    assert f"(None, None, {V})" in table
+    assert "?" not in table and "(1, 2" not in table

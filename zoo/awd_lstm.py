@@ -98,8 +98,9 @@ class AWDLSTM(LanguageModel):
     def build(self, input_shape=None):
         if self.built:
             return
-        dummy = ops.zeros((1, 2), "int32")
-        self._forward(dummy, None, training=False)
+        # Symbolic tokens of shape (None, None): every layer records those shapes, so
+        # `summary()` shows (batch, time, ...) rather than a dummy window's sizes.
+        self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
         self.built = True
 
     def forward_with_state(self, tokens, states=None, training=False):
