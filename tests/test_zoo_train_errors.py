@@ -289,6 +289,31 @@ def test_a_new_run_folder_holding_a_checkpoint_is_kept_on_ctrl_c(tmp_path):
     assert (out / "checkpoint").is_dir()
 
 
+def test_a_ctrl_c_while_training_waits_for_a_safe_point_and_a_second_one_does_not():
+    import signal as signals
+
+    from zoo import interrupt
+    if signals.getsignal(signals.SIGINT) is not signals.default_int_handler:
+        pytest.skip("SIGINT is not Python's here (the handler is not installed)")
+    with interrupt.handle_ctrl_c():
+        handler = signals.getsignal(signals.SIGINT)
+        assert handler is not signals.default_int_handler
+        with pytest.raises(KeyboardInterrupt):  # outside training: at once, as Python does
+            handler(signals.SIGINT, None)
+        with interrupt.deferring():
+            handler(signals.SIGINT, None)  # noted, not raised inside TensorFlow's code
+            with pytest.raises(KeyboardInterrupt):
+                interrupt.check()  # the next batch end, epoch end or checkpoint
+            interrupt.check()  # raised once
+            handler(signals.SIGINT, None)
+            with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C: at once
+                handler(signals.SIGINT, None)
+        interrupt.check()  # what was left when the run ended is dropped
+    assert signals.getsignal(signals.SIGINT) is signals.default_int_handler
+    with interrupt.deferring():  # no handler (library use): check() never raises
+        interrupt.check()
+
+
 def _snapshot(directory):
     return {str(p.relative_to(directory)): (p.stat().st_mtime_ns,
                                             hashlib.sha256(p.read_bytes()).hexdigest()

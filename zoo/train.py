@@ -145,13 +145,14 @@ def main(argv=None):
     """Run the command line; returns the exit code: 0, 2 for an error the user fixes by
     changing the command (a one-line message), 3 when training diverged, 130 on Ctrl-C
     (a one-line message saying how to continue)."""
-    from zoo import quiet_start
+    from zoo import interrupt, quiet_start
     args = out = None
     try:
-        quiet_start.start()  # before the parser, whose help lists the heads (imports Keras)
-        args = build_parser().parse_args(argv)
-        out = output_dir(args)
-        return _main(args, out)
+        with interrupt.handle_ctrl_c():  # training stops at the next batch (zoo.interrupt)
+            quiet_start.start()  # before the parser, whose help lists the heads (Keras)
+            args = build_parser().parse_args(argv)
+            out = output_dir(args)
+            return _main(args, out)
     except KeyboardInterrupt:
         # The command ends here. A Ctrl-C during tracing leaves half-built graphs whose
         # TensorArrays log "Object was never used" errors when freed: noise, not for the user.

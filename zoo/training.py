@@ -22,7 +22,7 @@ import json
 import math
 import pathlib
 
-from zoo import checkpoint
+from zoo import checkpoint, interrupt
 from zoo.builders import build_model, make_optimizer, make_trigger, pad_to_multiple
 from zoo.config import check_config
 from zoo.corpora import check_split_sizes, load_data
@@ -128,10 +128,11 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
             run_dir.keep()  # an existing run: a failed resume removes nothing of it
         else:
             prepare_run_dir(out, config, list(corpus.vocabulary))
-        return _train(config, out, run_dir, corpus, optimal, trigger, verbose=verbose,
-                      state=state, rewrite_config=changed,
-                      init_from=init_from, strategy_name=strategy_name,
-                      finetune_from=finetune_from)
+        with interrupt.deferring():  # a Ctrl-C stops at the next batch, not inside TF
+            return _train(config, out, run_dir, corpus, optimal, trigger, verbose=verbose,
+                          state=state, rewrite_config=changed,
+                          init_from=init_from, strategy_name=strategy_name,
+                          finetune_from=finetune_from)
 
 
 def _train(config, out, run_dir, corpus, optimal, trigger, verbose, state, rewrite_config,
@@ -201,8 +202,8 @@ def _train(config, out, run_dir, corpus, optimal, trigger, verbose, state, rewri
         try:
             hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
                              epochs=epoch + 1, verbose=1 if verbose == 1 else 0,
-                             callbacks=[StopOnNaN(), speed, *extras[:1], board, *extras[1:],
-                                        *progress])
+                             callbacks=[interrupt.CheckCtrlC(), StopOnNaN(), speed,
+                                        *extras[:1], board, *extras[1:], *progress])
         except TrainingDiverged as err:
             raise diverged(err, out, history, best) from err
         logs = {k: float(v[-1]) for k, v in hist.history.items()}
@@ -219,6 +220,7 @@ def _train(config, out, run_dir, corpus, optimal, trigger, verbose, state, rewri
         run_dir.keep()
         if verbose == 2:
             print(epoch_line(logs, epochs), flush=True)
+        interrupt.check()
     with averaged_weights(model):
         model.save(out / "final.keras")
 
@@ -239,7 +241,7 @@ def _train(config, out, run_dir, corpus, optimal, trigger, verbose, state, rewri
         results["evaluation"][f"{split}_batch_size"] = size
         ds = data.lm_dataset(corpus.split(split), size, final_bptt, train=False,
                              pad_to_multiple=pad)
-        results[f"{split}_perplexity"] = float(
-            best_model.evaluate(ds, verbose=0, return_dict=True)["perplexity"])
+        results[f"{split}_perplexity"] = float(best_model.evaluate(
+            ds, verbose=0, return_dict=True, callbacks=[interrupt.CheckCtrlC()])["perplexity"])
     (out / "metrics.json").write_text(json.dumps(results, indent=2))
     return results
