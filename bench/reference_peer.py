@@ -14,7 +14,8 @@ embedding row dropout (embed_regularize.py), locked dropout on the embedded inpu
 layers and on the last output (locked_dropout.py: one mask per stream, shared over time),
 DropConnect on every `weight_hh_l0` (weightdrop.py: a fresh `F.dropout` mask per forward,
 shared by the batch) and MoS' latent dropout; AR on the dropped last output, TAR on the raw
-one. `ReferenceLoop.train_epoch` and `evaluate` are main.py's `train()` and `evaluate()`.
+one. `ReferenceLoop.train_epoch` and `evaluate` are main.py's `train()` and `evaluate()`;
+`reference_dynamic_eval` is the MoS code's `dynamiceval.py`.
 
 `load_keras_weights(peer, model)` copies a `zoo.AWDLSTM` built with `lstm_biases=2` into the
 peer (transposing kernels; Keras and PyTorch share the gate order i, f, g/c, o).
@@ -200,6 +201,59 @@ class ReferenceLoop:
         """{name: ASGD's 'ax'} (what the references swap in for validation and saving)."""
         return {name: self.optimizer.state[p]["ax"].clone()
                 for name, p in self.model.named_parameters()}
+
+
+def reference_dynamic_eval(model, train_ids, eval_ids, lamb, lr, epsilon, batch_size=100,
+                           bptt=5, max_batches=-1):
+    """zihangdai/mos `dynamiceval.py` (old scaling, no `--ms`) on the peer `model`, in
+    evaluation mode (the PyTorch-0.2 original: no dropout, no DropConnect): `gradstat()`
+    on `train_ids` batchified into `batch_size` streams, then `evaluate()` on `eval_ids` at
+    batch 1. Returns the perplexity; the model keeps the adapted weights."""
+    model.eval()
+    train = batchify(train_ids, batch_size)
+    params = list(model.parameters())
+    ms = [torch.zeros_like(p) for p in params]
+    hidden, i, batches = model.init_hidden(batch_size), 0, 0
+    while i < train.shape[0] - 1 - 1:
+        seq_len = min(bptt, train.shape[0] - 1 - i)
+        hidden = [(h.detach(), c.detach()) for h, c in hidden]
+        model.zero_grad()
+        log_prob, hidden, _ = model(train[i:i + seq_len], hidden)
+        loss = F.nll_loss(log_prob.view(-1, log_prob.size(2)),
+                          train[i + 1:i + 1 + seq_len].reshape(-1))
+        loss.backward()
+        for m, p in zip(ms, params):
+            m += p.grad.detach() ** 2
+        batches += 1
+        i += seq_len
+        if max_batches > 0 and batches >= max_batches:
+            break
+    ms = [torch.sqrt(m) for m in ms]
+    gsum = sum(torch.mean(m) for m in ms)
+    decrate = [torch.clamp(m / gsum, max=1 / lamb) for m in ms]
+    data0 = [p.detach().clone() for p in params]
+    data = batchify(eval_ids, 1)
+    hidden, i, total, weight = model.init_hidden(1), 0, 0.0, 0.0
+    seq_len0, seq_len, last = bptt, bptt, False
+    while i < data.shape[0] - 1 - 1:
+        if i + seq_len >= data.shape[0]:
+            if last:
+                break
+            seq_len, last = data.shape[0] - i - 1, True
+        seq_len_now = min(bptt, data.shape[0] - 1 - i)
+        hidden = [(h.detach(), c.detach()) for h, c in hidden]
+        model.zero_grad()
+        log_prob, hidden, _ = model(data[i:i + seq_len_now], hidden)
+        loss = F.nll_loss(log_prob.view(-1, log_prob.size(2)),
+                          data[i + 1:i + 1 + seq_len_now].reshape(-1))
+        loss.backward()
+        with torch.no_grad():
+            for p, d, p0, m in zip(params, decrate, data0, ms):
+                p += lamb * d * (p0 - p) - lr * p.grad / (m + epsilon)
+        total += seq_len / seq_len0 * float(loss.detach())
+        weight += seq_len / seq_len0
+        i += seq_len
+    return float(np.exp(total / weight))
 
 
 def batchify(ids, batch_size):

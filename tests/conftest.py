@@ -37,3 +37,21 @@ def _fresh_keras_session():
     import keras
     keras.utils.clear_session()
     yield
+
+
+TINY_RUN_FLAGS = ["--set", "corpus.train_tokens=4000", "--set", "corpus.valid_tokens=1000",
+                  "--set", "corpus.test_tokens=1000", "--set", "corpus.vocab_size=40",
+                  "--set", "model.hidden_dim=16", "--set", "model.embed_dim=8",
+                  "--set", "training.bptt=10", "--batch-size", "8", "--quiet"]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A finished `python -m zoo.train` run (one epoch, synthetic 40-word language, AWD-LSTM
+    8 / 16), made once per test process. Tests must not modify it: copy it first
+    (`shutil.copytree`) to write into it."""
+    from zoo import train
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    assert train.main(["--epochs", "1", "--seed", "3", "--out", str(out),
+                       *TINY_RUN_FLAGS]) == 0
+    return out

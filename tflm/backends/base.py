@@ -15,6 +15,9 @@ everything that differs between Keras backends:
     is_concrete(tensor)            whether the tensor's values are known now
     global_batch_block()           which block of the global batch this replica holds
     fused_lstm(...)                the fused LSTM kernel, or NotImplementedError
+    window_gradients(model, x, y, states)
+                                   mean NLL of one window and its gradient, evaluation mode
+                                   (dynamic evaluation: `zoo.dynamic_eval`)
     requires_batch_size            whether a pass must know its batch size before it starts
 
 A new backend is one module in this folder with one subclass of `Backend`, registered in
@@ -63,6 +66,16 @@ class Backend:
     def step_logs(self, model, logs):
         return logs
 
+    def window_gradients(self, model, tokens, targets, states):
+        """`(loss, grads, new_states)` for one window in evaluation mode (no dropout):
+        `loss` the mean NLL of `targets` (B, T) given `tokens` (B, T) and the carried
+        `states` (None: zeros), `grads` its gradient for each of `model.trainable_variables`
+        (zeros for one the loss does not reach), `new_states` the final states, cut from
+        the gradient. No variable is changed."""
+        raise NotImplementedError(
+            f"gradients of a window are implemented for the TensorFlow, JAX and PyTorch "
+            f"backends, not KERAS_BACKEND={keras.backend.backend()!r}.")
+
     # ---- tensors and kernels -------------------------------------------------------------
     def is_concrete(self, tensor):
         return True
@@ -95,3 +108,11 @@ class Backend:
             cell.bias, activation=cell.activation,
             recurrent_activation=cell.recurrent_activation,
             return_sequences=return_sequences, go_backwards=go_backwards, unroll=unroll)
+
+
+def window_nll(log_probs, targets):
+    """Mean negative log-likelihood of `targets` (B, T) under `log_probs` (B, T, V)."""
+    picked = keras.ops.take_along_axis(
+        keras.ops.cast(log_probs, "float32"),
+        keras.ops.expand_dims(keras.ops.cast(targets, "int32"), -1), axis=-1)
+    return -keras.ops.mean(picked)

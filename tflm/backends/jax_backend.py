@@ -15,11 +15,13 @@ Distributed JAX training (`keras.distribution`) is not covered: the gradient is 
 one and clipping would be per shard.
 """
 
+import weakref
+
 import jax
 import keras
 
 from tflm.backends import jax_lstm
-from tflm.backends.base import Backend
+from tflm.backends.base import Backend, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 from tflm.backends.jax_streams import JaxStreamState
 
@@ -44,6 +46,9 @@ def _metric_updates(model, metrics_variables, loss, nll_sum, tokens, grad_norm=N
 class JaxBackend(Backend):
     name = "jax"
     requires_batch_size = True  # the state variables must exist before jit fetches them
+
+    def __init__(self):
+        self._window_steps = weakref.WeakKeyDictionary()  # model -> jitted window step
 
     def make_stream_state(self, sizes):
         return JaxStreamState(sizes)
@@ -102,6 +107,30 @@ class JaxBackend(Backend):
         logs, metrics_variables = _metric_updates(model, metrics_variables, loss, nll_sum,
                                                   tokens)
         return logs, (trainable, non_trainable, metrics_variables)
+
+    def window_gradients(self, model, tokens, targets, states):
+        """`jax.value_and_grad` of the forward pass with the trainable variables read from
+        the traced values (a `StatelessScope`), jitted once per model and window shape."""
+        variables = model.trainable_variables
+        step = self._window_steps.get(model)
+        if step is None:
+            def loss_fn(values, tokens, targets, states):
+                with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                    log_probs, new_states = model.forward_with_state(tokens, states,
+                                                                     training=False)
+                return window_nll(log_probs, targets), [tuple(p) for p in new_states]
+
+            step = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+            self._window_steps[model] = step
+        if states is None:
+            batch = int(tokens.shape[0])
+            states = [(jax.numpy.zeros((batch, size)), jax.numpy.zeros((batch, size)))
+                      for size in model.state_sizes()]
+        (loss, new_states), grads = step([v.value for v in variables],
+                                         jax.numpy.asarray(tokens, "int32"),
+                                         jax.numpy.asarray(targets, "int32"),
+                                         [tuple(p) for p in states])
+        return loss, list(grads), new_states
 
     def is_concrete(self, tensor):
         return not isinstance(tensor, jax.core.Tracer)

@@ -1,9 +1,11 @@
 """TensorFlow: graph train step with the replica all-reduce, state in variables, cuDNN LSTM."""
 
+import weakref
+
 import keras
 import tensorflow as tf
 
-from tflm.backends.base import Backend
+from tflm.backends.base import Backend, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 from tflm.backends.tensorflow_streams import TensorFlowStreamState
 from tflm.distribute import is_multi_worker
@@ -22,6 +24,9 @@ def _per_replica_loss(loss):
 
 class TensorFlowBackend(Backend):
     name = "tensorflow"
+
+    def __init__(self):
+        self._window_steps = weakref.WeakKeyDictionary()  # model -> compiled window step
 
     def make_stream_state(self, sizes):
         return TensorFlowStreamState(sizes)
@@ -82,6 +87,33 @@ class TensorFlowBackend(Backend):
         grads, norm = process_gradients(model, grads, variables, x, global_loss, num_replicas)
         model.optimizer.apply(grads, variables)
         return model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=norm)
+
+    def window_gradients(self, model, tokens, targets, states):
+        """One compiled function per model (retraced per window shape): the tape over
+        `forward_with_state` in evaluation mode."""
+        step = self._window_steps.get(model)
+        if step is None:
+            variables = model.trainable_variables
+
+            @tf.function(reduce_retracing=True)
+            def step(tokens, targets, states):
+                with tf.GradientTape() as tape:
+                    log_probs, new_states = model.forward_with_state(tokens, states,
+                                                                     training=False)
+                    loss = window_nll(log_probs, targets)
+                grads = tape.gradient(loss, variables,
+                                      unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                return loss, grads, [tuple(pair) for pair in new_states]
+
+            self._window_steps[model] = step
+        if states is None:
+            batch = int(tokens.shape[0])
+            states = [(tf.zeros((batch, size)), tf.zeros((batch, size)))
+                      for size in model.state_sizes()]
+        loss, grads, new_states = step(tf.convert_to_tensor(tokens, tf.int32),
+                                       tf.convert_to_tensor(targets, tf.int32),
+                                       [tuple(pair) for pair in states])
+        return loss, list(grads), [tuple(pair) for pair in new_states]
 
     def step_logs(self, model, logs):
         if is_multi_worker(model.distribute_strategy):

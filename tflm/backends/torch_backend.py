@@ -4,7 +4,7 @@ import keras
 import torch
 
 from tflm.backends import torch_lstm
-from tflm.backends.base import Backend
+from tflm.backends.base import Backend, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 
 
@@ -24,6 +24,16 @@ class TorchBackend(Backend):
             grads, norm = process_gradients(model, grads, variables, x, loss.detach())
             model.optimizer.apply(grads, variables)
         return model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=norm)
+
+    def window_gradients(self, model, tokens, targets, states):
+        variables = model.trainable_variables
+        log_probs, new_states = model.forward_with_state(tokens, states, training=False)
+        loss = window_nll(log_probs, targets)
+        grads = torch.autograd.grad(loss, [v.value for v in variables], allow_unused=True)
+        grads = [torch.zeros_like(v.value) if g is None else g
+                 for g, v in zip(grads, variables)]
+        return (loss.detach(), grads,
+                [(h.detach(), c.detach()) for h, c in new_states])
 
     def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
                    return_sequences, go_backwards, unroll):
