@@ -110,15 +110,21 @@ class AWDLSTM(LanguageModel):
             self.build()
         return self._forward(tokens, states, training)
 
-    def _forward(self, tokens, states=None, training=False):
-        out = self.backbone(tokens, states=states, training=training)
+    def head_log_probs(self, out, training=False):
+        """The head's log-probabilities for the backbone's outputs `out` (what
+        `model.backbone(tokens, states)` returns): for evaluation procedures that need the
+        hidden states too (the cache pointer) without running the backbone twice."""
         mask = out.get("padding_mask")
         head_inputs = out["layer_outputs"] if self.head_takes_all_layers \
             else out["sequence_output"]
         if mask is not None and getattr(self.head, "takes_mask", False):
-            log_probs = self.head(head_inputs, training=training, mask=mask)
-        else:
-            log_probs = self.head(head_inputs, training=training)
+            return self.head(head_inputs, training=training, mask=mask)
+        return self.head(head_inputs, training=training)
+
+    def _forward(self, tokens, states=None, training=False):
+        out = self.backbone(tokens, states=states, training=training)
+        mask = out.get("padding_mask")
+        log_probs = self.head_log_probs(out, training=training)
         if training:
             self._add_activation_regularization(out["raw_layer_outputs"][-1],
                                                 out["sequence_output"], mask)
