@@ -1,0 +1,128 @@
+"""`python -m zoo.evaluate`: the perplexity of a saved model, as training reports it.
+
+    python -m zoo.evaluate RUN_DIR|MODEL.keras [--split test|valid] [--batch-size 1]
+        [--bptt T] [--corpus NAME] [--data-dir DIR] [--json OUT] [--quiet]
+
+The pass is the one `python -m zoo.train` ends with (`zoo.training`): the split batchified
+into `--batch-size` streams (the references' test protocol, batch 1, is the default), cut
+into windows of `--bptt` (default: the run's final-evaluation bptt, else 70), the state
+carried from window to window, evaluation mode, `model.evaluate`; perplexity =
+exp(total NLL / tokens predicted). With the run's own batch size and bptt it reproduces
+`metrics.json` exactly.
+
+Writes: the line printed, the result appended to `RUN_DIR/evaluations.json` (a list: one
+entry per evaluation, with the model, split, protocol and perplexity) and `--json OUT` when
+given, and the perplexity as a TensorBoard scalar of the run (`evaluate/<split>_perplexity`
+in `RUN_DIR/logs/evaluation`, at the evaluated model's epoch) for a zoo run.
+
+Other evaluations of a saved model: `python -m zoo.dynamic_eval` (dynamic evaluation),
+`python -m zoo.cache_pointer` (the continuous cache pointer), `python -m tools.qmatrix`
+(the log-probability matrix).
+"""
+
+import argparse
+import json
+import math
+import sys
+import time
+
+from zoo.errors import UserError
+
+EVALUATIONS_FILE = "evaluations.json"
+DEFAULT_BPTT = 70
+
+
+def run_bptt(config):
+    """The bptt of a run's final evaluation (training.final_evaluation.bptt, else
+    training.bptt), or 70 without a configuration."""
+    training = (config or {}).get("training") or {}
+    final = training.get("final_evaluation") or {}
+    return int(final.get("bptt", training.get("bptt", DEFAULT_BPTT)))
+
+
+def evaluate(run, split="test", batch_size=1, bptt=None, verbose=0):
+    """Evaluate `run` (a `zoo.saved_run.SavedRun`) on `split`; returns the result dict."""
+    from tflm import data
+    from zoo.builders import pad_to_multiple
+
+    bptt = run_bptt(run.config) if bptt is None else int(bptt)
+    if batch_size < 1 or bptt < 1:
+        raise UserError(f"--batch-size and --bptt must be positive; got {batch_size}, {bptt}.")
+    ids = run.corpus.split(split)
+    if len(ids) < 2 * batch_size:
+        raise UserError(f"the {split} split has {len(ids)} tokens; --batch-size {batch_size} "
+                        f"needs at least {2 * batch_size} (an input and a target per stream).")
+    pad = pad_to_multiple(((run.config or {}).get("training")) or {})
+    ds = data.lm_dataset(ids, batch_size, bptt, train=False, pad_to_multiple=pad)
+    start = time.perf_counter()
+    logs = run.model.evaluate(ds, verbose=verbose, return_dict=True)
+    seconds = time.perf_counter() - start
+    tokens = (len(ids) // batch_size - 1) * batch_size
+    return {"model": str(run.model_path), "corpus": run.corpus.name, "split": split,
+            "batch_size": batch_size, "bptt": bptt, "perplexity": float(logs["perplexity"]),
+            "loss": math.log(float(logs["perplexity"])), "tokens": tokens,
+            "seconds": seconds, "words_per_second": tokens / max(seconds, 1e-9)}
+
+
+def record(run, result):
+    """Append `result` to the run's evaluations.json (kept when unreadable: a new name)."""
+    path = run.run_dir / EVALUATIONS_FILE
+    entries = []
+    if path.exists():
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            path = path.with_name(f"evaluations-{int(time.time())}.json")
+    entries.append(result)
+    path.write_text(json.dumps(entries, indent=2), encoding="utf-8")
+    return path
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="python -m zoo.evaluate",
+                                description="Perplexity of a saved language model, as "
+                                            "`python -m zoo.train` reports it.")
+    p.add_argument("target", metavar="RUN_DIR|MODEL.keras")
+    p.add_argument("--split", default="test", choices=["valid", "test"])
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="parallel streams (1: the references' test protocol)")
+    p.add_argument("--bptt", type=int, help="window length (default: the run's, else 70)")
+    p.add_argument("--corpus", help="the corpus, when not the run's own")
+    p.add_argument("--data-dir")
+    p.add_argument("--json", help="also write the result to this file")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from zoo import quiet_start
+    quiet_start.start()
+    from zoo.run_scalars import evaluated_epoch, log_scalars
+    from zoo.saved_run import open_run, vocabulary_note
+    prog = "zoo.evaluate"
+    try:
+        run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir)
+        note = vocabulary_note(run, prog)
+        if note:
+            print(note, file=sys.stderr)
+        result = evaluate(run, args.split, args.batch_size, args.bptt,
+                          verbose=0 if args.quiet else 1)
+    except UserError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.split} perplexity {result['perplexity']:.2f} (batch {result['batch_size']}, "
+          f"bptt {result['bptt']}, {result['tokens']} tokens, "
+          f"{result['words_per_second']:.0f} words/s) of {run.model_path}")
+    if run.config is not None:
+        record(run, result)
+        log_scalars(run.run_dir, {f"evaluate/{args.split}_perplexity": result["perplexity"]},
+                    evaluated_epoch(run.run_dir, run.model_path))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
