@@ -11,8 +11,9 @@ the wrong size is off by > 1e-3 (the last test). The windows take two lengths on
 length is one more trace of the train step), which still makes every lagged ASGD step differ
 from an unlagged one.
 
-The TensorFlow session runs this module again under the JAX and PyTorch backends, in a
-subprocess each (a Keras backend is fixed per process).
+The TensorFlow session runs the log-prob tests (every head) and the steps test of MoS (the
+head with the most parts) again under the JAX and PyTorch backends, in a subprocess each (a
+Keras backend is fixed per process; the other heads' steps share every line of the step).
 """
 
 import importlib.util
@@ -137,7 +138,7 @@ def test_parity_holds_on_the_other_keras_backends(backend):
     env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
-         "-k", "not other_keras_backends"],
+         "-k", "log_probs or steps_equal_the_reference_loop and mos"],
         cwd=os.path.dirname(os.path.dirname(__file__)), env=env, capture_output=True,
         text=True, timeout=900)
     assert proc.returncode == 0, f"under KERAS_BACKEND={backend}:\n{proc.stdout[-6000:]}"
