@@ -147,18 +147,19 @@ def gradient_statistics(model, train_ids, settings, progress=False):
     if settings.max_batches:
         segments = segments[:settings.max_batches]
     variables = model.trainable_variables
-    sums = [np.zeros(v.shape, np.float64) for v in variables]
+    # float32 sums on the backend's device, as the reference's (no copy per window)
+    sums = [keras.ops.zeros(v.shape, "float32") for v in variables]
     bar = keras.utils.Progbar(len(segments), unit_name="window") if progress else None
     states, total = None, 0.0
     for k, (i, length) in enumerate(segments):
         loss, grads, states = backend.window_gradients(
             model, streams[:, i:i + length], streams[:, i + 1:i + 1 + length], states)
-        for acc, g in zip(sums, grads):
-            g = keras.ops.convert_to_numpy(g).astype(np.float64)
-            acc += g * g
+        sums = [acc + keras.ops.square(keras.ops.cast(g, "float32"))
+                for acc, g in zip(sums, grads)]
         total += float(keras.ops.convert_to_numpy(loss))
         if bar is not None:
             bar.update(k + 1)
+    sums = [keras.ops.convert_to_numpy(acc).astype(np.float64) for acc in sums]
     n = len(segments)
     if settings.scaling == "old":
         ms = [np.sqrt(s) for s in sums]
