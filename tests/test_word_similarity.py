@@ -245,3 +245,30 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(tiny_run, tmp_path, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith("tools.word_similarity: error: ") and message in err[0]
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_both_tools_give_the_same_figures_on_the_other_backends(tiny_run, tmp_path, backend):
+    """tools.word_similarity and tools.embeddings load the run under JAX / PyTorch and
+    report what they report under TensorFlow."""
+    from tests.backends import run_in_backend
+    from tools import embeddings
+    vocab = (tiny_run / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    folder = _benchmarks(tmp_path / "bench", vocab)
+    assert ws.main([str(tiny_run / "best.keras"), "--benchmarks", str(folder), "--json",
+                    str(tmp_path / "tf.json")]) == 0
+    assert embeddings.main([str(tiny_run / "best.keras"), "--out", str(tmp_path / "tf")]) == 0
+    run_in_backend(backend, f"""
+        from tools import embeddings, word_similarity
+        assert word_similarity.main([{str(tiny_run / "best.keras")!r}, "--benchmarks",
+                                     {str(folder)!r}, "--json", {str(tmp_path / "o.json")!r}]) == 0
+        assert embeddings.main([{str(tiny_run / "best.keras")!r}, "--out",
+                                {str(tmp_path / "o")!r}]) == 0
+    """)
+    ours = json.loads((tmp_path / "tf.json").read_text())["results"]
+    theirs = json.loads((tmp_path / "o.json").read_text())["results"]
+    assert [r["rho"] for r in theirs] == pytest.approx([r["rho"] for r in ours], abs=1e-6)
+    a = json.loads((tmp_path / "tf" / "embeddings.json").read_text())
+    b = json.loads((tmp_path / "o" / "embeddings.json").read_text())
+    assert b["singular_values"] == pytest.approx(a["singular_values"], rel=1e-5)
+    assert (b["components_75"], b["components_95"]) == (a["components_75"], a["components_95"])
