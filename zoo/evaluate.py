@@ -7,7 +7,8 @@ The pass is the one `python -m zoo.train` ends with (`zoo.training`): the split 
 into `--batch-size` streams (the references' test protocol, batch 1, is the default), cut
 into windows of `--bptt` (default: the run's final-evaluation bptt, else 70), the state
 carried from window to window, evaluation mode, `model.evaluate`; perplexity =
-exp(total NLL / tokens predicted). With the run's own batch size and bptt it reproduces
+exp(total NLL / tokens predicted), and for a character-level corpus (`ptb-char`) bits per
+character, bpc = total NLL / (tokens ln 2) = log2(perplexity). With the run's own batch size and bptt it reproduces
 `metrics.json` exactly.
 
 Writes: the line printed, the result appended to `RUN_DIR/evaluations.json` (a list: one
@@ -61,7 +62,9 @@ def evaluate(run, split="test", batch_size=1, bptt=None, verbose=0):
     return {"model": str(run.model_path), "corpus": run.corpus.name, "split": split,
             "batch_size": batch_size, "bptt": bptt, "perplexity": float(logs["perplexity"]),
             "loss": math.log(float(logs["perplexity"])), "tokens": tokens,
-            "seconds": seconds, "words_per_second": tokens / max(seconds, 1e-9)}
+            "seconds": seconds, "words_per_second": tokens / max(seconds, 1e-9),
+            **({"bpc": math.log2(float(logs["perplexity"]))}
+               if getattr(run.corpus, "level", "word") == "char" else {})}
 
 
 def record(run, result):
@@ -111,7 +114,8 @@ def main(argv=None):
     except UserError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
-    print(f"{args.split} perplexity {result['perplexity']:.2f} (batch {result['batch_size']}, "
+    bpc = f"{args.split} bpc {result['bpc']:.3f}, " if "bpc" in result else ""
+    print(f"{bpc}{args.split} perplexity {result['perplexity']:.2f} (batch {result['batch_size']}, "
           f"bptt {result['bptt']}, {result['tokens']} tokens, "
           f"{result['words_per_second']:.0f} words/s) of {run.model_path}")
     if run.config is not None:

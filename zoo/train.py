@@ -78,6 +78,9 @@ def summary_table(results):
              else f"{results['train_perplexity']:.2f} (dropout on)"),
             ("valid perplexity", f"{results['valid_perplexity']:.2f}"),
             ("test perplexity", f"{results['test_perplexity']:.2f}")]
+    if "test_bpc" in results:  # a character-level corpus
+        rows += [("valid bpc", f"{results['valid_bpc']:.3f}"),
+                 ("test bpc", f"{results['test_bpc']:.3f}")]
     if results.get("optimal_perplexity"):
         rows.append(("optimal perplexity", f"{results['optimal_perplexity']:.2f} "
                      "(the language's entropy rate)"))

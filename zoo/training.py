@@ -243,5 +243,8 @@ def _train(config, out, run_dir, corpus, optimal, trigger, verbose, state, rewri
                              pad_to_multiple=pad)
         results[f"{split}_perplexity"] = float(best_model.evaluate(
             ds, verbose=0, return_dict=True, callbacks=[interrupt.CheckCtrlC()])["perplexity"])
+    if getattr(corpus, "level", "word") == "char":  # bits per character = log2(perplexity)
+        for split in ("valid", "test"):
+            results[f"{split}_bpc"] = math.log2(results[f"{split}_perplexity"])
     (out / "metrics.json").write_text(json.dumps(results, indent=2))
     return results

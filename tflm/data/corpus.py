@@ -74,6 +74,8 @@ class Corpus:
     ([0, 1], ('train', 'valid', 'test'))
     """
 
+    level = "word"  # "char" for a character-level corpus (`tflm.data.characters`)
+
     def __init__(self, vocabulary, train=None, valid=None, test=None, name="corpus", paths=None):
         self.vocabulary = vocabulary
         self.name = name
@@ -220,7 +222,9 @@ def _check_splits(splits):
 def load_corpus(name_or_path, data_dir=None, *, splits=SPLITS, download=True):
     """Loads a word-level corpus by name or from a directory.
 
-    Names: "ptb" (aliases "penn", "penn-treebank") and "wikitext-2" ("wt2"). They are looked
+    Names: "ptb" (aliases "penn", "penn-treebank"), "wikitext-2" ("wt2") and "ptb-char"
+    (character-level PTB: `tflm.data.characters`, derived from the word-level files when
+    `pennchar/` is absent; its corpus has `level == "char"`). They are looked
     up in the data directory (`data_dir`, else `$TFLM_DATA_DIR`, else `$XDG_CACHE_HOME/tflm/data`
     or `~/.cache/tflm/data`) under any of these layouts, per split:
 
@@ -261,6 +265,9 @@ def load_corpus(name_or_path, data_dir=None, *, splits=SPLITS, download=True):
     (10000, 929589)
     """
     splits = _check_splits(splits)
+    from tflm.data import characters
+    if isinstance(name_or_path, str) and name_or_path.lower() in characters.NAMES:
+        return characters.load_char_corpus(data_dir)
     key = _NAMES.get(name_or_path.lower()) if isinstance(name_or_path, str) else None
     if key is None:
         return _load_directory(pathlib.Path(name_or_path).expanduser(), splits)
@@ -305,7 +312,7 @@ def _not_found(key, directory, missing, urls, reason, present):
 
 
 def _load_directory(directory, splits):
-    names = ", ".join(sorted(set(_NAMES)))
+    names = ", ".join(sorted(set(_NAMES) | {"ptb-char"}))
     if not directory.is_dir():
         raise CorpusNotFoundError(
             f"{str(directory)!r} is neither a known corpus name ({names}) nor a directory. "
