@@ -143,6 +143,8 @@ def make_heads():
         "plif": (PLIFLayer(num_intervals=64, bound=5.0, init_scale=0.5, seed=1), l),
         "plif_head": (PLIFHead(embedding=emb(), num_intervals=64, bound=5.0, init_scale=0.5), h),
         "mos": (MoSLayer(3, embedding=emb(), latent_dropout=0.3, seed=2), g),
+        "mos_sequential": (MoSLayer(3, embedding=emb(), latent_dropout=0.3, seed=2,
+                                    mixture="sequential"), g),
         "moc": (MoCLayer(3, embedding=emb(), latent_dropout=0.3, seed=3), g),
         "mixtape": (MixtapeLayer(4, gate_dim=5, shared_gate_rank=15, embedding=emb(),
                                  token_frequency_rank=rank, latent_dropout=0.2, seed=4), g),
@@ -161,7 +163,7 @@ for name, (layer, x) in make_heads().items():
     assert np.allclose(np.log(np.exp(y.astype(np.float64)).sum(-1)), 0.0, atol=2e-5), name
     # training mode (locked dropout through keras.random) for the heads that have dropout
     yt = keras.ops.convert_to_numpy(layer(x, training=True)) if name in (
-        "mos", "moc", "mixtape", "doc") else y
+        "mos", "mos_sequential", "moc", "mixtape", "doc") else y
     assert np.all(np.isfinite(yt)), name
     assert np.allclose(np.log(np.exp(yt.astype(np.float64)).sum(-1)), 0.0, atol=2e-5), name
     out[name + "/out"] = y
@@ -194,12 +196,12 @@ def backend_runs(tmp_path_factory):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_heads_forward_match_tensorflow(backend, backend_runs):
     stdout, target = backend_runs[backend].result()    # re-raises a skip or failure
-    assert f"BACKEND {backend} HEADS 10" in stdout
+    assert f"BACKEND {backend} HEADS 11" in stdout
     saved = np.load(target)
     scope = {}
     exec(HEADS_SRC, scope)
     heads = scope["make_heads"]()
-    assert len(heads) == 10
+    assert len(heads) == 11
     for name, (layer, x) in heads.items():
         layer(x)                                   # build
         n = len(layer.get_weights())

@@ -66,6 +66,30 @@ def test_mos_matches_reference(g, tied):
     assert layer._latent_units == (D if tied else 6)
 
 
+def test_sequential_mixture_equals_the_batched_one_in_value_and_gradient(g):
+    import tensorflow as tf
+    rng = np.random.default_rng(11)
+    emb = TiedEmbedding(V, D)
+    batched = MoSLayer(5, embedding=emb)
+    sequential = MoSLayer(5, embedding=emb, mixture="sequential")
+    batched(g)
+    sequential(g)
+    _randomize(batched, rng)
+    sequential.set_weights(batched.get_weights())
+    assert_close_log_probs(sequential(g), ref_mos(batched, g))
+    weights = np.random.default_rng(12).normal(size=(3, 4, V)).astype("float32")
+    grads = []
+    for layer in (batched, sequential):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(g) * weights)
+        grads.append(tape.gradient(loss, layer.trainable_weights))
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
+    assert MoSLayer.from_config(sequential.get_config()).mixture == "sequential"
+    with pytest.raises(ValueError, match="mixture must be"):
+        MoSLayer(2, vocab_size=V, mixture="loop")
+
+
 def test_mos_is_not_a_single_softmax(g):
     """The mixture differs from any component's softmax and from the MoC of the same weights."""
     layer = MoSLayer(4, vocab_size=V)

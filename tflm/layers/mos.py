@@ -38,6 +38,30 @@ def mixture_log_probs(logits, log_prior):
     return ops.logsumexp(logits + shift, axis=2)
 
 
+def sequential_mixture_log_probs(component_logits, log_prior, num_components):
+    """`mixture_log_probs` one component at a time, with a running log-sum-exp:
+
+        acc_1 = l_1 + log pi_1 - logsumexp_V(l_1)
+        acc_k = logaddexp(acc_{k-1}, l_k + log pi_k - logsumexp_V(l_k))
+
+    so no (B, T, K, V) tensor is formed (the backward pass still keeps every component's
+    logits, O(B*T*K*V), as any MoS; measured peaks in `MoSLayer`'s docstring).
+
+    Args:
+        component_logits: callable k -> `(batch, time, V)` logits of component k.
+        log_prior: `(batch, time, K)` log mixture weights.
+        num_components: K.
+    """
+    log_prior = ops.cast(log_prior, "float32")
+    total = None
+    for k in range(num_components):
+        logits = ops.cast(component_logits(k), "float32")
+        term = logits + (log_prior[..., k:k + 1]
+                         - ops.logsumexp(logits, axis=-1, keepdims=True))
+        total = term if total is None else ops.logaddexp(total, term)
+    return total
+
+
 class _MixtureBase(LogProbHead):
     """Shared parameterization of MoS and MoC: latent Dense(K*L)+tanh and prior Dense(K)."""
 
@@ -128,6 +152,13 @@ class MoSLayer(_MixtureBase):
     the matmul runs in bfloat16 and is cast to float32); the per-component normalizers are
     (B, T, K) only. The backward pass keeps O(B*T*K*V) as in any MoS. Reference PTB sizes
     (B=12, T=70, K=15, V=10,000): 126M floats = 504 MB per (B, T, K, V) tensor.
+    `mixture="sequential"` forms one component's (B, T, V) logits at a time and keeps a
+    running log-sum-exp (`sequential_mixture_log_probs`); the values equal the batched ones
+    to float32 rounding. Measured (bench/RESULTS_mos_memory.md, TensorFlow, PTB head size):
+    the forward pass (evaluation, Q_theta export) peaks at 1.2 instead of 2.2 B*T*K*V
+    tensors, 1.5x slower (TensorFlow runs the K independent projections concurrently, so
+    not every component's logits are freed before the next is made); a training step is
+    1.8x slower and peaks higher (4.4 vs 3.3 tensors): use it for evaluation only.
 
     Args:
         num_experts: K, the number of softmax components (15 in the reference).
@@ -139,6 +170,8 @@ class MoSLayer(_MixtureBase):
         seed: int seed for the latent dropout. Default None.
         init: "keras" (default: glorot-uniform kernels, zero bias) or "pytorch" (the
             reference's nn.Linear initialisation, `tflm.layers.init`).
+        mixture: "batched" (default: all components in one (B, T, K, V) tensor) or
+            "sequential" (one component at a time; less memory, K smaller matmuls).
 
     Input shape: `(batch, time, d)` (last-layer output g). Output shape: `(batch, time, V)`,
     float32.
@@ -152,10 +185,28 @@ class MoSLayer(_MixtureBase):
     Reference: Yang et al. 2018 (ICLR), "Breaking the Softmax Bottleneck", §2.4.
     """
 
+    def __init__(self, num_experts, embedding=None, vocab_size=None, latent_dim=None,
+                 latent_dropout=0.0, seed=None, init="keras", mixture="batched", **kwargs):
+        super().__init__(num_experts, embedding=embedding, vocab_size=vocab_size,
+                         latent_dim=latent_dim, latent_dropout=latent_dropout, seed=seed,
+                         init=init, **kwargs)
+        if mixture not in ("batched", "sequential"):
+            raise ValueError(f"MoSLayer: mixture must be 'batched' or 'sequential'; got "
+                             f"{mixture!r}.")
+        self.mixture = mixture
+
     def call(self, g, training=False):
-        logits = self.project(self.latent(g, training=training))          # (B, T, K, V)
+        h = self.latent(g, training=training)                              # (B, T, K, L)
         log_prior = ops.log_softmax(self.prior_logits(g), axis=-1)        # (B, T, K)
-        return mixture_log_probs(logits, log_prior)
+        if self.mixture == "sequential":
+            return sequential_mixture_log_probs(lambda k: self.project(h[:, :, k]),
+                                                log_prior, self.num_experts)
+        return mixture_log_probs(self.project(h), log_prior)               # (B, T, K, V)
+
+    def get_config(self):
+        config = super().get_config()
+        config["mixture"] = self.mixture
+        return config
 
 
 @keras.saving.register_keras_serializable(package="tflm")

@@ -1,0 +1,111 @@
+"""MoS head: batched (one (B, T, K, V) tensor) vs sequential (running log-sum-exp) mixture.
+
+At the MoS PTB preset's head size (B=12, T=70, K=15, V=10,000, L=280, input 620) each
+configuration runs in a fresh process: the head's forward pass (evaluation / Q_theta export)
+and a forward + backward pass (training), timed (median of `--repeats` after one warm-up) with
+the process's peak resident memory above what it held after the warm-up's inputs were made.
+One (B, T, K, V) float32 tensor is 504 MB. Appends the table to bench/RESULTS_mos_memory.md.
+
+    python bench/bench_mos_memory.py [--batch 12] [--repeats 3]
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from machine import machine_line, publish  # noqa: E402
+
+K, V, L, D_IN, T = 15, 10_000, 280, 620, 70
+
+
+def _peak_mib():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _current_mib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def child(mixture, mode, batch, repeats):
+    import time
+
+    import numpy as np
+    import tensorflow as tf
+
+    from tflm.layers import MoSLayer, TiedEmbedding
+    head = MoSLayer(K, embedding=TiedEmbedding(V, L), mixture=mixture)
+    g = tf.constant(np.random.default_rng(0).normal(size=(batch, T, D_IN)).astype("float32"))
+    head(g[:1, :2])
+    weights = head.trainable_weights
+
+    @tf.function
+    def forward():
+        return tf.reduce_sum(head(g)[..., :1])
+
+    @tf.function
+    def train():
+        with tf.GradientTape() as tape:
+            loss = -tf.reduce_mean(head(g)[..., 0])
+        return tape.gradient(loss, weights)
+
+    step = forward if mode == "forward" else train
+    step.get_concrete_function()
+    base = _current_mib()
+    step()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    print(json.dumps({"seconds": float(np.median(times)), "peak_mib": _peak_mib() - base}))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batch", type=int, default=12)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--results", default=str(REPO / "bench" / "RESULTS_mos_memory.md"))
+    p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        return child(*args.child, args.batch, args.repeats)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+    rows = {}
+    for mode in ("forward", "training"):
+        for mixture in ("batched", "sequential"):
+            out = subprocess.run([sys.executable, __file__, "--child", mixture, mode,
+                                  "--batch", str(args.batch), "--repeats", str(args.repeats)],
+                                 env=env, capture_output=True, text=True, check=True)
+            rows[mode, mixture] = json.loads(out.stdout.strip().splitlines()[-1])
+    tensor_mib = args.batch * T * K * V * 4 / 2**20
+    lines = [f"## MoS mixture: batched vs sequential (B={args.batch}, T={T}, K={K}, V={V:,}, "
+             f"L={L}; one B*T*K*V float32 tensor = {tensor_mib:,.0f} MiB), TensorFlow", "",
+             f"Machine: {machine_line()}. Command: `python bench/bench_mos_memory.py --batch "
+             f"{args.batch} --repeats {args.repeats}`. Peak: the process's peak resident "
+             "memory above what it held before the timed steps (MiB; in B*T*K*V tensors).",
+             "",
+             "| pass | mixture | seconds (median) | peak MiB | peak / tensor | time ratio | "
+             "memory ratio |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for mode in ("forward", "training"):
+        base = rows[mode, "batched"]
+        for mixture in ("batched", "sequential"):
+            r = rows[mode, mixture]
+            lines.append(f"| {mode} | {mixture} | {r['seconds']:.3f} | {r['peak_mib']:,.0f} | "
+                         f"{r['peak_mib'] / tensor_mib:.2f} | "
+                         f"{r['seconds'] / base['seconds']:.2f} | "
+                         f"{r['peak_mib'] / max(base['peak_mib'], 1e-9):.2f} |")
+    publish("\n".join(lines) + "\n", args.results)
+
+
+if __name__ == "__main__":
+    main()
