@@ -114,10 +114,12 @@ class JaxBackend(Backend):
         variables = model.trainable_variables
         step = self._window_steps.get(model)
         if step is None:
+            model_ref = weakref.ref(model)  # the cache must not keep the model alive
+
             def loss_fn(values, tokens, targets, states):
                 with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-                    log_probs, new_states = model.forward_with_state(tokens, states,
-                                                                     training=False)
+                    log_probs, new_states = model_ref().forward_with_state(
+                        tokens, states, training=False)
                 return window_nll(log_probs, targets), [tuple(p) for p in new_states]
 
             step = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))

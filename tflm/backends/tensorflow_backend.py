@@ -94,12 +94,13 @@ class TensorFlowBackend(Backend):
         step = self._window_steps.get(model)
         if step is None:
             variables = model.trainable_variables
+            model_ref = weakref.ref(model)  # the cache must not keep the model alive
 
             @tf.function(reduce_retracing=True)
             def step(tokens, targets, states):
                 with tf.GradientTape() as tape:
-                    log_probs, new_states = model.forward_with_state(tokens, states,
-                                                                     training=False)
+                    log_probs, new_states = model_ref().forward_with_state(
+                        tokens, states, training=False)
                     loss = window_nll(log_probs, targets)
                 grads = tape.gradient(loss, variables,
                                       unconnected_gradients=tf.UnconnectedGradients.ZERO)
