@@ -107,6 +107,28 @@ h1, h2 = single.fit(ds, epochs=2, verbose=0).history, multi.fit(ds, epochs=2, ve
 out["fit_dropout"] = {"loss": [h1["loss"], h2["loss"]],
                       "weight_diff": float(max(np.abs(a - b).max() for a, b in
                                                zip(single.get_weights(), multi.get_weights())))}
+
+# Embedding noise is per stream (as LockedDropout); a fit with AdvSoft, embedding noise and
+# MLE-CosReg on, replicated, equals the one-device fit.
+from tflm.layers import EmbeddingNoise
+with strategy.scope():
+    noise = EmbeddingNoise(0.5, seed=6)
+got = replicated(noise, np.zeros((8, 3, 256), "float32"))
+ref = one_device(EmbeddingNoise(0.5, seed=6), np.zeros((8, 3, 256), "float32"))
+out["noise"] = {"corr": float(np.corrcoef(got[0][:4].ravel(), got[0][4:].ravel())[0, 1]),
+                "std": float(got[0].std()),
+                "equals_single": all(bool(np.allclose(m, o)) for m, o in zip(got, ref))}
+kw.update(head={"type": "softmax", "adversarial_alpha": 0.05}, embedding_noise=0.2,
+          cosine_regularization=0.5)
+single = AWDLSTM(30, **kw); single.build(); single.compile(optimizer=keras.optimizers.SGD(2.0))
+with strategy.scope():
+    multi = AWDLSTM(30, **kw); multi.build(); multi.set_weights(single.get_weights())
+    multi.compile(optimizer=keras.optimizers.SGD(2.0))
+h1, h2 = single.fit(ds, epochs=2, verbose=0).history, multi.fit(ds, epochs=2, verbose=0).history
+out["fit_regularized"] = {"loss": [h1["loss"], h2["loss"]],
+                          "weight_diff": float(max(np.abs(a - b).max() for a, b in
+                                                   zip(single.get_weights(),
+                                                       multi.get_weights())))}
 print("RESULT " + json.dumps(out))
 """
 
@@ -169,6 +191,19 @@ def test_mirrored_shared_masks_stay_shared(mirrored):
 def test_mirrored_fit_with_dropout_equals_single_device(mirrored):
     """Every dropout on: a replicated fit draws the one-device masks, so it trains alike."""
     r = mirrored["fit_dropout"]
+    for a, b in zip(*r["loss"]):
+        assert b == pytest.approx(a, rel=1e-5)
+    assert r["weight_diff"] < 1e-5
+
+
+def test_mirrored_regularized_fit_equals_single_device(mirrored):
+    """Embedding noise draws per stream (streams on different replicas get independent
+    noise, the one-device draw; 3,072 pairs: the correlation sd is 0.018); AdvSoft + noise +
+    MLE-CosReg train alike replicated."""
+    n = mirrored["noise"]
+    assert abs(n["corr"]) < 0.08 and n["std"] == pytest.approx(0.5, rel=0.05)
+    assert n["equals_single"]
+    r = mirrored["fit_regularized"]
     for a, b in zip(*r["loss"]):
         assert b == pytest.approx(a, rel=1e-5)
     assert r["weight_diff"] < 1e-5

@@ -218,3 +218,33 @@ def test_window_padding_default_follows_the_backend():
     assert default_pad_to_multiple("tensorflow") == default_pad_to_multiple("torch") == 1
     assert pad_to_multiple({}) == 1  # the tests run on TensorFlow
     assert pad_to_multiple({"pad_to_multiple": 8}) == 8
+
+
+def test_regularizers_by_set_then_finetune_without_noise(tmp_path, capsys):
+    """AdvSoft, embedding noise, MLE-CosReg and partial shuffle turned on with --set (as the
+    ablation presets set them), then the AdvSoft README's finetuning change: alpha 0.028 and
+    no embedding noise, from the averaged model."""
+    out = tmp_path / "reg"
+    code = train.main(["--epochs", "2", "--out", str(out), *TINY,
+                       "--set", "training.optimizer=asgd", "--set", "training.switch=epoch",
+                       "--set", "training.switch_epoch=1",
+                       "--set", "model.head.adversarial_alpha=0.005",
+                       "--set", "model.embedding_noise=0.15",
+                       "--set", "model.cosine_regularization=0.5",
+                       "--set", "training.partial_shuffle=true"])
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert all(np.isfinite(h["val_perplexity"]) for h in metrics["history"])
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["embedding_noise"] == 0.15
+    assert config["training"]["partial_shuffle"] is True
+    code = train.main(["--finetune", str(out), "--epochs", "1", "--quiet",
+                       "--set", "model.head.adversarial_alpha=0.028",
+                       "--set", "model.embedding_noise=0"])
+    assert code == 0, capsys.readouterr().err
+    import keras
+    tuned = keras.saving.load_model(out / "finetune" / "best.keras")
+    assert tuned.head.adversarial_alpha == 0.028 and tuned.backbone.noise is None
+    assert train.main(["--out", str(tmp_path / "bad"), *TINY,
+                       "--set", "training.partial_shuffle=3"]) == 2
+    assert "partial_shuffle" in capsys.readouterr().err

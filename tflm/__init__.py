@@ -4,7 +4,8 @@ and the softmax bottleneck.
 Importing `tflm` registers every layer and optimizer with Keras serialization (package
 "tflm"), so saved models load with `keras.saving.load_model` after `import tflm`."""
 
-from tflm import activations, callbacks, layers, losses, metrics, optimizers, triggers  # noqa: F401
+from tflm import (activations, callbacks, layers, losses, metrics, optimizers,  # noqa: F401
+                  regularizers, triggers)
 from tflm.language_model import LanguageModel  # noqa: F401
 
 __version__ = "0.1.0"

@@ -17,6 +17,7 @@ import json
 import os
 
 import keras
+import numpy as np
 
 STRATEGIES = ("default", "mirrored", "multi-worker")
 
@@ -88,7 +89,8 @@ def lm_dataset_for(strategy, ids, batch_size, bptt, **kwargs):
     if batch_size % replicas:
         raise ValueError(f"batch_size={batch_size} must be divisible by the {replicas} "
                          "replicas of the multi-worker strategy.")
-    streams = data.batchify(ids, batch_size)
+    # 1-D ids are batchified here; 2-D streams (a partial shuffle's) are used as given.
+    streams = data.batchify(ids, batch_size) if np.ndim(ids) == 1 else np.asarray(ids)
 
     def make(context):
         if context.num_input_pipelines != replicas:

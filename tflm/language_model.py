@@ -160,13 +160,23 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         builds the model and optimizer under a distribution strategy; True when it did."""
         return backends.current().build_under_strategy(self)
 
-    def call(self, tokens, training=False):
+    @property
+    def uses_targets(self):
+        """Whether the forward pass reads the window's targets in training (a head with
+        AdvSoft); then the train steps call `model(x, training=True, targets=y)` and
+        `forward_with_state` receives `targets=`. False by default."""
+        return False
+
+    def call(self, tokens, training=False, targets=None):
+        extra = {"targets": targets} if (targets is not None and training
+                                          and self.uses_targets) else {}
         if not (self.carry_state and self._carrying):
-            log_probs, _ = self.forward_with_state(tokens, None, training=training)
+            log_probs, _ = self.forward_with_state(tokens, None, training=training, **extra)
             return log_probs
         store = self.stream_state(training)
         states = store.read(ops.shape(tokens)[0], self.compute_dtype)
-        log_probs, new_states = self.forward_with_state(tokens, states, training=training)
+        log_probs, new_states = self.forward_with_state(tokens, states, training=training,
+                                                        **extra)
         store.write(new_states)
         return log_probs
 

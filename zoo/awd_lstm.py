@@ -11,7 +11,8 @@ from zoo.heads import make_head
 # Constructor arguments that belong to the backbone (the rest configure the task).
 BACKBONE_ARGS = ("embed_dim", "hidden_dim", "num_layers", "last_dim", "tie_weights", "dropout",
                  "dropout_h", "dropout_i", "dropout_e", "weight_dropout", "use_cudnn", "seed",
-                 "init", "lstm_biases")
+                 "init", "lstm_biases", "embedding_noise", "cosine_regularization",
+                 "spectrum_control")
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -31,7 +32,11 @@ class AWDLSTM(LanguageModel):
         embed_dim, hidden_dim, num_layers, last_dim, tie_weights, dropout, dropout_h,
             dropout_i, dropout_e, weight_dropout, use_cudnn, seed, init, lstm_biases: the
             backbone's (`zoo.AWDLSTMBackbone`; reference defaults 400, 1150, 3, None, True,
-            0.4, 0.3, 0.65, 0.1, 0.5, "auto", None, "keras", 1). `tie_weights` also ties the
+            0.4, 0.3, 0.65, 0.1, 0.5, "auto", None, "keras", 1).
+        embedding_noise, cosine_regularization, spectrum_control: the backbone's
+            regularizers of the embedding (Gaussian embedding noise, MLE-CosReg, spectrum
+            control; default off). AdvSoft is the head's (`{"type": "softmax",
+            "adversarial_alpha": 0.005}`). `tie_weights` also ties the
             head to the embedding. `init="pytorch"` also initialises a head given by name
             that has an `init` option (MoS, MoC, DOC) as the reference code does, and
             `lstm_biases=2` trains PyTorch's two LSTM biases: with both, the model is
@@ -52,14 +57,16 @@ class AWDLSTM(LanguageModel):
     def __init__(self, vocab_size, embed_dim=400, hidden_dim=1150, num_layers=3,
                  last_dim=None, tie_weights=True, dropout=0.4, dropout_h=0.3, dropout_i=0.65,
                  dropout_e=0.1, weight_dropout=0.5, alpha=2.0, beta=1.0, head="softmax",
-                 use_cudnn="auto", seed=None, init="keras", lstm_biases=1, **kwargs):
+                 use_cudnn="auto", seed=None, init="keras", lstm_biases=1, embedding_noise=0.0,
+                 cosine_regularization=0.0, spectrum_control=None, **kwargs):
         super().__init__(**kwargs)
         self.backbone = AWDLSTMBackbone(
             vocab_size, embed_dim=embed_dim, hidden_dim=hidden_dim, num_layers=num_layers,
             last_dim=last_dim, tie_weights=tie_weights, dropout=dropout, dropout_h=dropout_h,
             dropout_i=dropout_i, dropout_e=dropout_e, weight_dropout=weight_dropout,
             use_cudnn=use_cudnn, seed=seed, init=init, lstm_biases=lstm_biases,
-            name="backbone")
+            embedding_noise=embedding_noise, cosine_regularization=cosine_regularization,
+            spectrum_control=spectrum_control, name="backbone")
         self.vocab_size = self.backbone.vocab_size
         self.tie_weights = self.backbone.tie_weights
         self.alpha, self.beta = float(alpha), float(beta)
@@ -103,28 +110,36 @@ class AWDLSTM(LanguageModel):
         self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
         self.built = True
 
-    def forward_with_state(self, tokens, states=None, training=False):
+    @property
+    def uses_targets(self):
+        return bool(getattr(self.head, "takes_targets", False))
+
+    def forward_with_state(self, tokens, states=None, training=False, targets=None):
         """Pure forward pass: (log-probabilities, final [(h, c)] per layer). Builds the
-        model first when it is not built (so it saves and reloads like a built one)."""
+        model first when it is not built (so it saves and reloads like a built one).
+        `targets` `(batch, time)`: for a head that reads them in training (AdvSoft)."""
         if not self.built:
             self.build()
-        return self._forward(tokens, states, training)
+        return self._forward(tokens, states, training, targets)
 
-    def head_log_probs(self, out, training=False):
+    def head_log_probs(self, out, training=False, targets=None):
         """The head's log-probabilities for the backbone's outputs `out` (what
         `model.backbone(tokens, states)` returns): for evaluation procedures that need the
         hidden states too (the cache pointer) without running the backbone twice."""
         mask = out.get("padding_mask")
         head_inputs = out["layer_outputs"] if self.head_takes_all_layers \
             else out["sequence_output"]
+        kwargs = {}
         if mask is not None and getattr(self.head, "takes_mask", False):
-            return self.head(head_inputs, training=training, mask=mask)
-        return self.head(head_inputs, training=training)
+            kwargs["mask"] = mask
+        if targets is not None and training and self.uses_targets:
+            kwargs["targets"] = targets
+        return self.head(head_inputs, training=training, **kwargs)
 
-    def _forward(self, tokens, states=None, training=False):
+    def _forward(self, tokens, states=None, training=False, targets=None):
         out = self.backbone(tokens, states=states, training=training)
         mask = out.get("padding_mask")
-        log_probs = self.head_log_probs(out, training=training)
+        log_probs = self.head_log_probs(out, training=training, targets=targets)
         if training:
             self._add_activation_regularization(out["raw_layer_outputs"][-1],
                                                 out["sequence_output"], mask)

@@ -3,7 +3,9 @@
 import keras
 from keras import ops
 
-from tflm.layers import EmbeddingDropout, LockedDropout, TiedEmbedding, WeightDropLSTM
+from tflm.layers import (EmbeddingDropout, EmbeddingNoise, LockedDropout, SpectralEmbedding,
+                         TiedEmbedding, WeightDropLSTM)
+from tflm.regularizers import CosineSimilarityRegularizer
 from tflm.padding import padding_mask, without_padding
 
 
@@ -15,7 +17,7 @@ def _seed(seed, offset):
 class AWDLSTMBackbone(keras.layers.Layer):
     """Embedding, embedding / locked dropouts and weight-dropped LSTMs of AWD-LSTM.
 
-        e = EmbeddingDropout(E)[w];  x_0 = LockedDropout_i(e)
+        e = EmbeddingDropout(E)[w] (+ N(0, 1) * embedding_noise);  x_0 = LockedDropout_i(e)
         r_l = WeightDropLSTM_l(x_{l-1})                       (raw output of layer l)
         x_l = LockedDropout_h(r_l)  (l < L);   x_L = LockedDropout_o(r_L)
 
@@ -53,6 +55,13 @@ class AWDLSTMBackbone(keras.layers.Layer):
             "pytorch" is `torch.nn.LSTM`'s, which every reference uses).
         lstm_biases: 1 (Keras' single bias, default) or 2 (PyTorch's trained b_ih and b_hh,
             as the reference LSTMs).
+        embedding_noise: scale of the Gaussian noise added to the embedded window after
+            embedding dropout, in training (`tflm.layers.EmbeddingNoise`; 0.15 in the
+            AdvSoft code and lmkit). Default 0 (off).
+        cosine_regularization: gamma of MLE-CosReg on E
+            (`tflm.regularizers.CosineSimilarityRegularizer`). Default 0 (off).
+        spectrum_control: None (default), True or a dict of `tflm.layers.SpectralEmbedding`
+            options: E = U diag(s) V^T with spectrum control's penalties.
 
     Reference: Merity, Keskar & Socher 2018, "Regularizing and Optimizing LSTM Language
     Models" (salesforce/awd-lstm-lm, model.py RNNModel without its decoder).
@@ -61,7 +70,8 @@ class AWDLSTMBackbone(keras.layers.Layer):
     def __init__(self, vocab_size, embed_dim=400, hidden_dim=1150, num_layers=3,
                  last_dim=None, tie_weights=True, dropout=0.4, dropout_h=0.3, dropout_i=0.65,
                  dropout_e=0.1, weight_dropout=0.5, use_cudnn="auto", seed=None, init="keras",
-                 lstm_biases=1, **kwargs):
+                 lstm_biases=1, embedding_noise=0.0, cosine_regularization=0.0,
+                 spectrum_control=None, **kwargs):
         super().__init__(**kwargs)
         if lstm_biases not in (1, 2):
             raise ValueError(f"lstm_biases must be 1 (Keras) or 2 (PyTorch's b_ih and b_hh); "
@@ -84,10 +94,32 @@ class AWDLSTMBackbone(keras.layers.Layer):
         self.seed = seed
         self.init = init
         self.lstm_biases = int(lstm_biases)
+        self.embedding_noise = float(embedding_noise)
+        self.cosine_regularization = float(cosine_regularization)
+        if spectrum_control is True:
+            spectrum_control = {}
+        if spectrum_control is not None and not isinstance(spectrum_control, dict):
+            raise ValueError(f"spectrum_control must be None, True or a dict of "
+                             f"SpectralEmbedding options; got {spectrum_control!r}.")
+        self.spectrum_control = spectrum_control
 
-        self.embedding = TiedEmbedding(self.vocab_size, self.embed_dim, name="embedding")
+        regularizer = (CosineSimilarityRegularizer(self.cosine_regularization)
+                       if self.cosine_regularization else None)
+        if spectrum_control is not None:
+            if regularizer is not None:
+                raise ValueError("cosine_regularization and spectrum_control both regularize "
+                                 "the embedding; use one of them.")
+            self.embedding = SpectralEmbedding(self.vocab_size, self.embed_dim,
+                                               name="embedding", **spectrum_control)
+        else:
+            self.embedding = TiedEmbedding(self.vocab_size, self.embed_dim,
+                                           embeddings_regularizer=regularizer,
+                                           name="embedding")
         self.embedding_dropout = EmbeddingDropout(self.vocab_size, self.dropout_e,
                                                   seed=_seed(seed, 1), name="dropout_e")
+        # Made only when on: a model without it has the variables of earlier releases.
+        self.noise = (EmbeddingNoise(self.embedding_noise, seed=_seed(seed, 4),
+                                     name="embedding_noise") if self.embedding_noise else None)
         self.input_dropout = LockedDropout(self.dropout_i, seed=_seed(seed, 2), name="dropout_i")
         self.lstms, self.hidden_dropouts = [], []
         for i in range(self.num_layers):
@@ -118,6 +150,8 @@ class AWDLSTMBackbone(keras.layers.Layer):
             tokens = without_padding(tokens)
         x = self.embedding(tokens)
         x = self.embedding_dropout(tokens, x, training=training)
+        if self.noise is not None:
+            x = self.noise(x, training=training)
         x = self.input_dropout(x, training=training)
         new_states, layer_outputs, raw_outputs = [], [], []
         for i, lstm in enumerate(self.lstms):
@@ -143,5 +177,7 @@ class AWDLSTMBackbone(keras.layers.Layer):
             dropout=self.dropout, dropout_h=self.dropout_h, dropout_i=self.dropout_i,
             dropout_e=self.dropout_e, weight_dropout=self.weight_dropout,
             use_cudnn=self.use_cudnn, seed=self.seed, init=self.init,
-            lstm_biases=self.lstm_biases)
+            lstm_biases=self.lstm_biases, embedding_noise=self.embedding_noise,
+            cosine_regularization=self.cosine_regularization,
+            spectrum_control=self.spectrum_control)
         return config

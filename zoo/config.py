@@ -88,6 +88,7 @@ _TRAINING_RULES = (
      "a finite number >= 0 or null (no clipping)"),
     (("max_seq_len", "pad_to_multiple"), lambda v: v is None or _integer(v) and v >= 1,
      "a positive integer or null"),
+    (("partial_shuffle",), lambda v: isinstance(v, bool), "true or false"),
 )
 _EVALUATION_FIELDS = ("bptt", "valid_batch_size", "test_batch_size")
 _CORPUS_SIZES = ("train_tokens", "valid_tokens", "test_tokens")

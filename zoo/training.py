@@ -196,7 +196,10 @@ def _train(config, out, run_dir, corpus, optimal, trigger, verbose, state, rewri
     for epoch in range(state["epoch"], epochs):
         if getattr(trigger, "stopped", False):  # the non-monotonic rule ended finetuning
             break
-        train_ds = distribute.lm_dataset_for(strategy, corpus.train, batch, bptt, train=True,
+        train_ids = corpus.train
+        if training.get("partial_shuffle"):  # Press 2019: new stream offsets every epoch
+            train_ids = data.partial_shuffle(data.batchify(corpus.train, batch), seed, epoch)
+        train_ds = distribute.lm_dataset_for(strategy, train_ids, batch, bptt, train=True,
                                              seed=seed, epoch=epoch, max_len=max_len,
                                              pad_to_multiple=pad)
         try:

@@ -60,7 +60,10 @@ class Backend:
     def test_step(self, model, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         log_probs = model(x, training=False)
-        loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight, inputs=x)
+        # The evaluation loss is the NLL alone on every backend (JAX's stateless step sees
+        # no losses either): weight regularizers' penalties are training terms.
+        loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight,
+                                                      extra_losses=[], inputs=x)
         return model.update_lm_metrics(loss, nll_sum, tokens)
 
     def step_logs(self, model, logs):

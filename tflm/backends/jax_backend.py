@@ -75,7 +75,8 @@ class JaxBackend(Backend):
 
         def loss_fn(trainable_values, non_trainable_values):
             log_probs, new_non_trainable, losses = model.stateless_call(
-                trainable_values, non_trainable_values, x, training=True, return_losses=True)
+                trainable_values, non_trainable_values, x, training=True, return_losses=True,
+                targets=y)
             loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight,
                                                           extra_losses=losses, inputs=x)
             scaled = loss

@@ -63,7 +63,7 @@ class TensorFlowBackend(Backend):
     def train_step(self, model, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
-            log_probs = model(x, training=True)
+            log_probs = model(x, training=True, targets=y)
             loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight,
                                                           inputs=x)
             replica_loss = _per_replica_loss(loss)

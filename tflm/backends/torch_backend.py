@@ -14,7 +14,7 @@ class TorchBackend(Backend):
     def train_step(self, model, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         model.zero_grad()
-        log_probs = model(x, training=True)
+        log_probs = model(x, training=True, targets=y)
         loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight, inputs=x)
         scaled = loss if loss_scale(model.optimizer) is None else model.optimizer.scale_loss(loss)
         scaled.backward()

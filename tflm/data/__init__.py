@@ -24,6 +24,7 @@ from tflm.data.batching import (  # noqa: F401
     window_lengths,
     window_starts,
 )
+from tflm.data.partial_shuffle import partial_shuffle  # noqa: F401
 from tflm.data.corpus import (  # noqa: F401
     Corpus,
     CorpusNotFoundError,

@@ -4,6 +4,8 @@ from tflm.layers.embedding import TiedEmbedding
 from tflm.layers.head import LogProbHead
 from tflm.layers.softmax import SoftmaxLayer
 from tflm.layers.dropout import EmbeddingDropout, LockedDropout
+from tflm.layers.noise import EmbeddingNoise
+from tflm.layers.spectral_embedding import SpectralEmbedding
 from tflm.layers.lstm import WeightDropLSTM
 from tflm.layers.gss import GSSActivation, GSSHead, SigSoftmax
 from tflm.layers.plif import PLIFHead, PLIFLayer, learning_rate_multipliers

@@ -30,6 +30,18 @@ def _check_rate(layer, rate):
     return rate
 
 
+def _per_stream(draw, shape):
+    """`draw(shape)` for a batch-major `shape` whose rows are this replica's streams: under a
+    `tf.distribute` strategy, the rows of the global batch's draw that belong to the calling
+    replica; elsewhere the plain draw."""
+    block, blocks = backends.current().global_batch_block()
+    if blocks == 1:
+        return draw(shape)
+    rows = shape[0]
+    full = draw((blocks * rows,) + tuple(shape[1:]))
+    return ops.slice(full, (block * rows,) + (0,) * (len(shape) - 1), shape)
+
+
 def per_stream_uniform(shape, seed):
     """`keras.random.uniform(shape, seed=seed)` for a batch-major `shape` whose rows are this
     replica's streams: under a `tf.distribute` strategy, the rows of the global batch's draw
@@ -37,12 +49,12 @@ def per_stream_uniform(shape, seed):
 
     Needs the same batch size on every replica (tflm's stream datasets ensure it).
     """
-    block, blocks = backends.current().global_batch_block()
-    if blocks == 1:
-        return keras.random.uniform(shape, seed=seed)
-    rows = shape[0]
-    full = keras.random.uniform((blocks * rows,) + tuple(shape[1:]), seed=seed)
-    return ops.slice(full, (block * rows,) + (0,) * (len(shape) - 1), shape)
+    return _per_stream(lambda s: keras.random.uniform(s, seed=seed), shape)
+
+
+def per_stream_normal(shape, seed, dtype="float32"):
+    """`keras.random.normal(shape, seed=seed)`, per stream as `per_stream_uniform`."""
+    return _per_stream(lambda s: keras.random.normal(s, dtype=dtype, seed=seed), shape)
 
 
 @keras.saving.register_keras_serializable(package="tflm")

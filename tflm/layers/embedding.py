@@ -21,6 +21,9 @@ class TiedEmbedding(keras.layers.Layer):
         embed_dim: embedding size d.
         embeddings_initializer: default `RandomUniform(-0.1, 0.1)` as in AWD-LSTM.
         use_output_bias: whether `reverse` adds the bias b. Default True.
+        embeddings_regularizer: a Keras regularizer of E (e.g.
+            `tflm.regularizers.CosineSimilarityRegularizer`); its penalty joins
+            `model.losses`. Default None.
 
     Input shape: integer `(batch, time)`. Output shape: `(batch, time, embed_dim)`.
     `reverse`: `(..., embed_dim)` -> `(..., vocab_size)`.
@@ -35,7 +38,7 @@ class TiedEmbedding(keras.layers.Layer):
     """
 
     def __init__(self, vocab_size, embed_dim, embeddings_initializer=None,
-                 use_output_bias=True, **kwargs):
+                 use_output_bias=True, embeddings_regularizer=None, **kwargs):
         super().__init__(**kwargs)
         if int(vocab_size) < 1 or int(embed_dim) < 1:
             raise ValueError(
@@ -46,13 +49,14 @@ class TiedEmbedding(keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer or keras.initializers.RandomUniform(-0.1, 0.1))
         self.use_output_bias = bool(use_output_bias)
+        self.embeddings_regularizer = keras.regularizers.get(embeddings_regularizer)
 
     def build(self, input_shape=None):
         if self.built:
             return
         self.embeddings = self.add_weight(
             shape=(self.vocab_size, self.embed_dim), name="embeddings",
-            initializer=self.embeddings_initializer)
+            initializer=self.embeddings_initializer, regularizer=self.embeddings_regularizer)
         self.output_bias = None
         if self.use_output_bias:
             self.output_bias = self.add_weight(
@@ -62,6 +66,13 @@ class TiedEmbedding(keras.layers.Layer):
     def call(self, ids):
         ids = ops.cast(ids, "int32")
         return ops.take(ops.cast(self.embeddings, self.compute_dtype), ids, axis=0)
+
+    def target_vectors(self, ids):
+        """Rows e_w of E for the int ids (any shape), float32: the output embedding of a
+        target word (AdvSoft)."""
+        if not self.built:
+            self.build()
+        return ops.take(ops.cast(self.embeddings, "float32"), ops.cast(ids, "int32"), axis=0)
 
     def reverse(self, h):
         """Logits h E^T + b, in the dtype of `h`."""
@@ -80,5 +91,6 @@ class TiedEmbedding(keras.layers.Layer):
         config.update(
             vocab_size=self.vocab_size, embed_dim=self.embed_dim,
             embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
-            use_output_bias=self.use_output_bias)
+            use_output_bias=self.use_output_bias,
+            embeddings_regularizer=keras.regularizers.serialize(self.embeddings_regularizer))
         return config

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tflm.layers.advsoft import adversarial_logits
 from tflm.layers.embedding import TiedEmbedding
 
 
@@ -25,6 +26,10 @@ class LogProbHead(keras.layers.Layer):
     (pass `vocab_size`; the head owns a `(d, V)` kernel and a bias).
 
     Subclasses implement `call(h, training=False)` and use `self.project(h)` for logits.
+    A head that supports AdvSoft (`supports_adversarial = True`: softmax, MoS) takes
+    `adversarial_alpha` and `call(h, training=False, targets=None)`, and passes both to
+    `self.project(h, targets=..., training=...)`; `takes_targets` tells the language model
+    to hand it the window's targets in training (`tflm.layers.advsoft`).
     A head takes inputs that carry a Keras mask (padded windows) and passes no mask on: the
     language model weights the positions itself.
 
@@ -32,10 +37,22 @@ class LogProbHead(keras.layers.Layer):
         embedding: a `TiedEmbedding` to share weights with, or None.
         vocab_size: V for an untied projection (ignored when `embedding` is given, but
             must match it if both are given).
+        adversarial_alpha: AdvSoft's alpha (0 = off; 0.005 in the reference), for heads
+            that support it.
     """
 
-    def __init__(self, embedding=None, vocab_size=None, **kwargs):
+    supports_adversarial = False
+
+    def __init__(self, embedding=None, vocab_size=None, adversarial_alpha=0.0, **kwargs):
         super().__init__(**kwargs)
+        adversarial_alpha = float(adversarial_alpha)
+        if not adversarial_alpha >= 0.0:
+            raise ValueError(f"{type(self).__name__}: adversarial_alpha must be >= 0; got "
+                             f"{adversarial_alpha!r}.")
+        if adversarial_alpha and not self.supports_adversarial:
+            raise ValueError(f"{type(self).__name__} does not implement AdvSoft; "
+                             "adversarial_alpha applies to SoftmaxLayer and MoSLayer.")
+        self.adversarial_alpha = adversarial_alpha
         self.supports_masking = True
         if isinstance(embedding, dict):
             embedding = keras.saving.deserialize_keras_object(embedding)
@@ -60,6 +77,19 @@ class LogProbHead(keras.layers.Layer):
     def tied(self):
         return self.embedding is not None
 
+    @property
+    def takes_targets(self):
+        """Whether `call` needs the targets in training (AdvSoft on)."""
+        return self.adversarial_alpha > 0.0
+
+    def target_vectors(self, ids):
+        """Output embeddings e_w of int `ids`, `ids.shape + (d,)`, float32: rows of the tied
+        matrix, or columns of the untied kernel."""
+        if self.tied:
+            return self.embedding.target_vectors(ids)
+        return ops.take(ops.transpose(ops.cast(self.kernel, "float32")),
+                        ops.cast(ids, "int32"), axis=0)
+
     def build_projection(self, input_dim):
         """Create the untied kernel/bias (no-op when tied); call from `build`."""
         if self.tied:
@@ -75,11 +105,19 @@ class LogProbHead(keras.layers.Layer):
                                       initializer="glorot_uniform")
         self.bias = self.add_weight(shape=(self.vocab_size,), name="bias", initializer="zeros")
 
-    def project(self, h):
-        """Logits h E^T + b (tied) or h W + b (untied), in h's dtype."""
+    def project(self, h, targets=None, training=False):
+        """Logits h E^T + b (tied) or h W + b (untied), in h's dtype; with AdvSoft on, in
+        training and given the `(batch, time)` targets, each target logit gets its
+        adversarial term (`tflm.layers.advsoft.adversarial_logits`)."""
         if self.tied:
-            return self.embedding.reverse(h)
-        return ops.matmul(h, ops.cast(self.kernel, h.dtype)) + ops.cast(self.bias, h.dtype)
+            logits = self.embedding.reverse(h)
+        else:
+            logits = ops.matmul(h, ops.cast(self.kernel, h.dtype)) + ops.cast(self.bias,
+                                                                             h.dtype)
+        if training and targets is not None and self.adversarial_alpha:
+            logits = adversarial_logits(logits, h, targets, self.target_vectors,
+                                        self.adversarial_alpha)
+        return logits
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -90,6 +128,8 @@ class LogProbHead(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config["vocab_size"] = self.vocab_size
+        if self.supports_adversarial:
+            config["adversarial_alpha"] = self.adversarial_alpha
         config["embedding"] = (keras.saving.serialize_keras_object(self.embedding)
                                if self.tied else None)
         return config

@@ -172,6 +172,10 @@ class MoSLayer(_MixtureBase):
             reference's nn.Linear initialisation, `tflm.layers.init`).
         mixture: "batched" (default: all components in one (B, T, K, V) tensor) or
             "sequential" (one component at a time; less memory, K smaller matmuls).
+        adversarial_alpha: AdvSoft's alpha (0 = off), applied to every component's target
+            logit with that component's h_{c,k}, as the AdvSoft MoS code does (its
+            `--epsilon`, 0.005; 0.028 in its finetuning commands); training only, given
+            the targets (`call(g, training=True, targets=y)`).
 
     Input shape: `(batch, time, d)` (last-layer output g). Output shape: `(batch, time, V)`,
     float32.
@@ -185,6 +189,8 @@ class MoSLayer(_MixtureBase):
     Reference: Yang et al. 2018 (ICLR), "Breaking the Softmax Bottleneck", §2.4.
     """
 
+    supports_adversarial = True
+
     def __init__(self, num_experts, embedding=None, vocab_size=None, latent_dim=None,
                  latent_dropout=0.0, seed=None, init="keras", mixture="batched", **kwargs):
         super().__init__(num_experts, embedding=embedding, vocab_size=vocab_size,
@@ -195,13 +201,15 @@ class MoSLayer(_MixtureBase):
                              f"{mixture!r}.")
         self.mixture = mixture
 
-    def call(self, g, training=False):
+    def call(self, g, training=False, targets=None):
         h = self.latent(g, training=training)                              # (B, T, K, L)
         log_prior = ops.log_softmax(self.prior_logits(g), axis=-1)        # (B, T, K)
         if self.mixture == "sequential":
-            return sequential_mixture_log_probs(lambda k: self.project(h[:, :, k]),
-                                                log_prior, self.num_experts)
-        return mixture_log_probs(self.project(h), log_prior)               # (B, T, K, V)
+            return sequential_mixture_log_probs(
+                lambda k: self.project(h[:, :, k], targets=targets, training=training),
+                log_prior, self.num_experts)
+        logits = self.project(h, targets=targets, training=training)       # (B, T, K, V)
+        return mixture_log_probs(logits, log_prior)
 
     def get_config(self):
         config = super().get_config()

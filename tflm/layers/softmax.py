@@ -15,9 +15,16 @@ class SoftmaxLayer(LogProbHead):
     With context vectors of size d and a bias, the log-probability matrix Q_theta it can
     produce has rank <= d + 2 (the softmax bottleneck, Yang et al. 2018).
 
+    With `adversarial_alpha > 0` (AdvSoft, Wang et al. 2019) the target word's logit gets
+    h . delta, delta = -alpha |e_z| 1[cos(h, e_z) > 0] h / |h| (a constant), in training
+    when the targets are passed (`call(h, training=True, targets=y)`; `tflm.LanguageModel`
+    passes them); evaluation is the plain softmax (`tflm.layers.advsoft`).
+
     Args:
         embedding: `TiedEmbedding` to tie the projection to, or None.
         vocab_size: V for an untied projection.
+        adversarial_alpha: AdvSoft's alpha; 0 (default) turns it off, 0.005 is the
+            reference's.
 
     Input shape: `(batch, time, d)`. Output shape: `(batch, time, V)`, float32.
 
@@ -28,10 +35,12 @@ class SoftmaxLayer(LogProbHead):
     (2, 5, 100)
     """
 
+    supports_adversarial = True
+
     def build(self, input_shape):
         self.build_projection(input_shape[-1])
         self.built = True
 
-    def call(self, h, training=False):
-        logits = ops.cast(self.project(h), "float32")
+    def call(self, h, training=False, targets=None):
+        logits = ops.cast(self.project(h, targets=targets, training=training), "float32")
         return ops.log_softmax(logits, axis=-1)

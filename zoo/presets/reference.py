@@ -31,11 +31,18 @@ _AWD = {"emsize": 400, "nhid": 1150, "nlayers": 3, "lr": 30.0, "clip": 0.25, "ep
 _MOS = dict(_AWD, batch_size=20, nhidlast=-1, dropoutl=-0.2, n_experts=10,
             max_seq_len_delta=40)
 _DOC = dict(_MOS, var=0.0, num4embed=0, num4first=0, num4second=0)
+# ChengyueGongR/advsoft d401637 mos-awd-lstm-lm/main.py: MoS' flags plus the switch epoch to
+# ASGD (its only trigger), AdvSoft's epsilon and the embedding noise. Its README's AWD-LSTM
+# commands name an `awd-lstm-lm` folder the repository does not contain: for those, the
+# salesforce defaults with the same three flags (stated in those presets).
+_ADVSOFT = {"switch": 180, "epsilon": 0.005, "gaussian": 0.15}
 
 REFERENCE_DEFAULTS = {
     "salesforce/awd-lstm-lm": _AWD,
     "zihangdai/mos": _MOS,
     "nttcslab-nlp/doc_lm": _DOC,
+    "ChengyueGongR/advsoft": dict(_MOS, **_ADVSOFT),
+    "ChengyueGongR/advsoft:awd-lstm-lm": dict(_AWD, **_ADVSOFT),
 }
 
 # Flags that change nothing our presets describe: paths, devices, logging, and MoS' gradient
@@ -118,11 +125,16 @@ def implied_settings(preset):
                           f"{', '.join(REFERENCE_DEFAULTS)}")
     defaults = REFERENCE_DEFAULTS[code]
     flags = parse_command(ref["train"], defaults)
-    model, training, latent = _model_and_training(flags, capped=code != "salesforce/awd-lstm-lm")
+    capped = code not in ("salesforce/awd-lstm-lm", "ChengyueGongR/advsoft:awd-lstm-lm")
+    model, training, latent = _model_and_training(flags, capped=capped)
     training.update(switch="nonmono", nonmono=flags["nonmono"])
     head = preset["model"].get("head", {}).get("type", "softmax")
     out = {f"model.{k}": v for k, v in model.items()}
     out.update({f"training.{k}": v for k, v in training.items()})
+    if code.startswith("ChengyueGongR/advsoft"):  # ASGD from epoch --switch, AdvSoft, noise
+        out.update({"training.switch": "epoch", "training.switch_epoch": flags["switch"],
+                    "model.head.adversarial_alpha": flags["epsilon"],
+                    "model.embedding_noise": flags["gaussian"]})
     if head in ("mos", "moc"):
         out.update({"model.head.num_experts": flags["n_experts"],
                     "model.head.latent_dropout": latent})
@@ -151,10 +163,21 @@ def _thesis_settings(preset):
     if (family, corpus) not in THESIS_TABLE_4_3:
         raise ConfigError(f"thesis Table 4.3 has no column for {head} on {corpus}")
     flags = dict(_THESIS_COMMON, **THESIS_TABLE_4_3[(family, corpus)])
+    # The appendix ablation (Tables A.1-A.3) changes the trigger, AdvSoft, the embedding
+    # noise and (WikiText-2) dropouti of this protocol: `reference.ablation` names them.
+    ablation = preset["reference"].get("ablation", {})
+    flags.update({k: v for k, v in ablation.items() if k in flags})
     model, training, _ = _model_and_training(flags, capped=True)  # lmkit always caps
-    training.update(switch="epoch", switch_epoch=flags["switch_epoch"])
+    if ablation.get("switch", "epoch") == "epoch":
+        training.update(switch="epoch", switch_epoch=flags["switch_epoch"])
+    else:
+        training.update(switch="nonmono", nonmono=flags["nonmono"])
     out = {f"model.{k}": v for k, v in model.items()}
     out.update({f"training.{k}": v for k, v in training.items()})
+    if "adversarial_alpha" in ablation:
+        out["model.head.adversarial_alpha"] = ablation["adversarial_alpha"]
+    if "embedding_noise" in ablation:
+        out["model.embedding_noise"] = ablation["embedding_noise"]
     if family == "mos":
         out.update({"model.head.num_experts": flags["n_experts"],
                     "model.head.latent_dropout": flags["dropoutl"]})
