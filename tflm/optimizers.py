@@ -409,6 +409,88 @@ class AveragedSGD(SGD):
         return config
 
 
+@keras.saving.register_keras_serializable(package="tflm")
+class Adam(keras.optimizers.Optimizer):
+    """Adam as `torch.optim.Adam`, with the step size of each window scaled by T / bptt.
+
+        m_t = b1 m_{t-1} + (1 - b1) g_t,      v_t = b2 v_{t-1} + (1 - b2) g_t^2
+        theta_t = theta_{t-1} - (lr * s_t / (1 - b1^t)) * m_t / (sqrt(v_t) / sqrt(1 - b2^t) + eps)
+
+    with s_t the window factor the train step sets (`set_window_scale`; T / bptt in
+    `tflm.LanguageModel`, 1 elsewhere). The references scale the learning rate of a window
+    (`optimizer.param_groups[0]['lr'] = lr * seq_len / bptt`): for SGD that equals scaling
+    the gradient, for Adam it does not (Adam is invariant to the gradient's scale), so this
+    optimizer takes the factor into its step size and the train step leaves the gradient
+    unscaled (`tflm.backends.gradients.process_gradients`). eps is added after the bias
+    correction of v, as torch does (Keras' Adam adds it before, a different step while
+    1 - b2^t is small). L2 weight decay is the train step's (`weight_decay` of
+    `LanguageModel`: added to the clipped gradient, as torch.optim.Adam's `weight_decay`).
+
+    Args:
+        learning_rate: lr. Default 0.001 (torch's).
+        beta_1, beta_2, epsilon: torch's defaults 0.9, 0.999, 1e-8.
+
+    Reference: Kingma & Ba 2015; salesforce/awd-lstm-lm main.py (`--optimizer adam`, used by
+    its character-level commands).
+    """
+
+    scales_learning_rate = True
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-8,
+                 name=None, **kwargs):
+        super().__init__(learning_rate=_as_float_lr(learning_rate), name=name, **kwargs)
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self._window_scale = self.add_variable(
+            shape=(), dtype="float32", name="window_scale", initializer="ones",
+            aggregation="only_first_replica")
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self._m = self.add_optimizer_variables(variables, "m")
+        self._v = self.add_optimizer_variables(variables, "v")
+
+    def set_window_scale(self, scale):
+        """The factor s of the next step's learning rate."""
+        self._window_scale.assign(ops.cast(scale, "float32"))
+
+    def update_step(self, gradient, variable, learning_rate):
+        index = compat.optimizer_variable_index(self, variable)
+        m, v = self._m[index], self._v[index]
+        dtype = variable.dtype
+        gradient = ops.cast(gradient, dtype)
+        t = ops.cast(ops.add(self.iterations, 1), dtype)
+        self.assign(m, ops.add(ops.multiply(ops.cast(self.beta_1, dtype), m),
+                               ops.multiply(ops.cast(1.0 - self.beta_1, dtype), gradient)))
+        self.assign(v, ops.add(ops.multiply(ops.cast(self.beta_2, dtype), v),
+                               ops.multiply(ops.cast(1.0 - self.beta_2, dtype),
+                                            ops.square(gradient))))
+        correction_1 = ops.subtract(1.0, ops.power(ops.cast(self.beta_1, dtype), t))
+        correction_2 = ops.subtract(1.0, ops.power(ops.cast(self.beta_2, dtype), t))
+        step = ops.divide(ops.multiply(ops.cast(learning_rate, dtype),
+                                       ops.cast(self._window_scale, dtype)), correction_1)
+        denom = ops.add(ops.divide(ops.sqrt(v), ops.sqrt(correction_2)),
+                        ops.cast(self.epsilon, dtype))
+        self.assign_sub(variable, ops.multiply(step, ops.divide(m, denom)))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon)
+        return config
+
+
+def learning_rate_scaler(model_or_optimizer):
+    """The optimizer that takes the window factor into its learning rate (`Adam`), looking
+    inside loss-scale wrappers, or None."""
+    opt = getattr(model_or_optimizer, "optimizer", model_or_optimizer)
+    for _ in range(4):
+        if getattr(opt, "scales_learning_rate", False):
+            return opt
+        opt = getattr(opt, "inner_optimizer", None)
+    return None
+
+
 def find_averaged_optimizer(model_or_optimizer):
     """The `AveragedSGD` of a model or optimizer (looking inside loss-scale wrappers), or
     None."""

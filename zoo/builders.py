@@ -25,8 +25,6 @@ def build_model(config, vocab_size, **overrides):
 
 def make_optimizer(training):
     """SGD, averaged SGD (NT-/ET-ASGD) or Adam from the `training` part."""
-    import keras
-
     from tflm import optimizers
     name = str(training.get("optimizer", "sgd")).lower()
     lr = float(training.get("lr", 30.0))
@@ -35,8 +33,8 @@ def make_optimizer(training):
         return optimizers.SGD(lr, learning_rate_multipliers=multipliers)
     if name == "asgd":
         return optimizers.AveragedSGD(lr, learning_rate_multipliers=multipliers)
-    if name == "adam":
-        return keras.optimizers.Adam(learning_rate=lr)
+    if name == "adam":  # torch's Adam, the window factor in its step size
+        return optimizers.Adam(lr)
     raise ConfigError(f"unknown optimizer {name!r} in training.optimizer; use sgd, asgd or "
                       "adam.")
 

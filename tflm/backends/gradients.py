@@ -20,7 +20,10 @@ and summed the gradients over replicas, `process_gradients` does, in this order:
                                              same update. Once `AveragedSGD` averages, the
                                              factor is the previous window's, T(k-1) / bptt,
                                              as torch.optim.ASGD applies its stored eta:
-                                             `AveragedSGD.lagged_window_scale`)
+                                             `AveragedSGD.lagged_window_scale`). For
+                                             Adam the factor scales its step size
+                                             instead (`tflm.optimizers.Adam`): g is left
+                                             unscaled here)
     g = g * loss_scale                      (the LossScaleOptimizer checks and unscales again)
 
 and the backend hands g to `optimizer.apply`.
@@ -29,7 +32,7 @@ and the backend hands g to `optimizer.apply`.
 from keras import ops
 
 from tflm.flooding import flood_sign
-from tflm.optimizers import find_averaged_optimizer
+from tflm.optimizers import find_averaged_optimizer, learning_rate_scaler
 from tflm.padding import real_position_weights
 
 
@@ -94,6 +97,10 @@ def process_gradients(model, grads, variables, x, loss, num_replicas=1):
     averaged = find_averaged_optimizer(model.optimizer)
     if averaged is not None and model.scale_by_window:
         step = averaged.lagged_window_scale(step)
+    scaler = learning_rate_scaler(model.optimizer)
+    if scaler is not None:  # Adam: the factor goes into the step size, not the gradient
+        scaler.set_window_scale(step)
+        step = 1.0
     grads, norm = clip_and_scale(grads, model.clip_norm, step / float(num_replicas),
                                  variables, model.weight_decay)
     if scale is not None:
