@@ -60,6 +60,7 @@ def test_auto_uses_lapack_in_memory_and_tsqr_for_files(tmp_path):
     np.save(path, a)
     res = singular_values(path)
     assert res.method == "tsqr" and res.exact and res.source == str(path)
+    assert "gram's error floor" in res.note  # Gaussian: auto tried gram, which refused
     np.testing.assert_allclose(res.values, scipy.linalg.svdvals(a.astype(np.float64)),
                                rtol=1e-6)
 

@@ -4,8 +4,8 @@ Modules are imported on demand; nothing heavy is imported here.
 
 - ``tools.qmatrix``: export Q_theta of a trained model, streamed to disk.
 - ``tools.qmatrix_io``: open and validate a log-probability matrix Q_theta (``.npy``).
-- ``tools.spectrum``: exact singular values (LAPACK, streamed TSQR) and a labelled
-  approximate randomized variant.
+- ``tools.spectrum``: exact singular values (LAPACK, streamed TSQR, streamed Gram matrix
+  with a stated error floor) and a labelled approximate randomized variant.
 - ``tools.rank``: Press rank, numpy rank, epsilon-effective rank; ``python -m tools.rank``.
 - ``tools.plots``: singular value plots (thesis Figures 5.9-5.12, MoS App. C.1).
 - ``tools.divergence``: expected pairwise KL between next-word distributions, top-k tables.

@@ -16,6 +16,7 @@ Command line (one or several matrices, a table on stdout, JSON and PNG plots on 
     python -m tools.rank softmax_q.npy mos_q.npy --labels Softmax MoS \\
         --json ranks.json --plot figs/ptb_test --save-spectrum spectra/
     python -m tools.rank --spectrum spectra/Softmax.npz --eps 1e-3 1e-4 1e-5
+    python -m tools.rank softmax_q.npy --method gram   # streamed Q^T Q (tools.spectrum)
 
 A file that is not a 2-D float matrix (or holds NaN / inf) gives a one-line error on stderr
 and exit status 2.
@@ -151,18 +152,21 @@ def eps_key(eps):
     return f"{float(eps):.0e}"
 
 
-def _if_defined(rank, threshold, s_max):
+def _if_defined(rank, threshold, s_max, floor=None):
+    if floor is not None and threshold < floor:
+        return None  # below what the method resolves (method="gram")
     return rank if s_max == 0 or rule_applies(threshold, s_max) else None
 
 
 def rank_report(spectrum, eps_list=DEFAULT_EPS, label=None):
     """All rank measures of one `SpectrumResult` as a JSON-serializable dict.
 
-    Keys: label, source, shape, dtype, compute_dtype, method, exact, approximate, s_max,
+    Keys: label, source, shape, dtype, compute_dtype, method, exact, approximate, floor, s_max,
     press_threshold, press_rank, numpy_threshold, numpy_rank, effective_rank
     ({"1e-03": k, ...}), num_values, seconds, notes. For a randomized (APPROXIMATE) spectrum
     holding only the top k values, every count is over those k values. A rank whose
-    threshold is not below s_max (float16, see the module docstring) is None, with a note.
+    threshold is not below s_max (float16, see the module docstring), or below the floor a
+    ``method="gram"`` spectrum resolves (its ``floor``), is None, with a note.
     """
     s = spectrum.values
     smax = float(s.max()) if s.size else 0.0
@@ -171,12 +175,19 @@ def rank_report(spectrum, eps_list=DEFAULT_EPS, label=None):
     press_t = press_threshold(smax, spectrum.shape, spectrum.dtype)
     numpy_t = numpy_threshold(smax, spectrum.shape, spectrum.dtype)
     notes = []
+    floor = getattr(spectrum, "floor", None)
     for name, threshold in (("Press", press_t), ("numpy", numpy_t)):
         if smax > 0 and not rule_applies(threshold, smax):
             notes.append(f"{name} rank not defined: its threshold ({threshold / smax:.3g} "
                          f"s_max) is not below s_max for a {spectrum.dtype} "
                          f"{spectrum.shape[0]:,} x {spectrum.shape[1]:,} matrix; export Q "
                          "as float32")
+        if floor is not None and threshold < floor:
+            notes.append(f"{name} rank not resolved: its threshold {threshold:.3g} is below "
+                         f"the floor {floor:.3g} of the {spectrum.method} spectrum; "
+                         "recompute it with --method tsqr")
+    if getattr(spectrum, "note", ""):
+        notes.append(spectrum.note)
     return {
         "label": label if label is not None else spectrum.source,
         "source": spectrum.source,
@@ -186,11 +197,14 @@ def rank_report(spectrum, eps_list=DEFAULT_EPS, label=None):
         "method": spectrum.method,
         "exact": bool(spectrum.exact),
         "approximate": not spectrum.exact,
+        "floor": floor,
         "s_max": smax,
         "press_threshold": press_t,
-        "press_rank": _if_defined(press_rank(s, spectrum.shape, spectrum.dtype), press_t, smax),
+        "press_rank": _if_defined(press_rank(s, spectrum.shape, spectrum.dtype), press_t, smax,
+                                  floor),
         "numpy_threshold": numpy_t,
-        "numpy_rank": _if_defined(numpy_rank(s, spectrum.shape, spectrum.dtype), numpy_t, smax),
+        "numpy_rank": _if_defined(numpy_rank(s, spectrum.shape, spectrum.dtype), numpy_t, smax,
+                                  floor),
         "effective_rank": {eps_key(e): eff[e] for e in eps_list},
         "num_values": int(s.size),
         "seconds": float(spectrum.seconds),
@@ -235,9 +249,11 @@ def _parser():
         description="Singular values and ranks (Press, numpy, eps-effective) of one or "
                     "several log-probability matrices Q (.npy, rows = contexts).")
     p.add_argument("q", nargs="*", help=".npy files holding Q (M x N float16/32/64)")
-    p.add_argument("--method", default="auto", choices=["auto", "lapack", "tsqr",
+    p.add_argument("--method", default="auto", choices=["auto", "lapack", "tsqr", "gram",
                                                         "randomized"],
-                   help="SVD method (default auto: exact; randomized is APPROXIMATE)")
+                   help="SVD method (default auto: exact; gram: streamed Gram matrix, "
+                        "refuses a Press threshold below its error floor; randomized is "
+                        "APPROXIMATE)")
     p.add_argument("--labels", nargs="+", help="one label per matrix / spectrum, in order")
     p.add_argument("--json", metavar="OUT.json", help="write the reports as JSON")
     p.add_argument("--plot", metavar="PREFIX", help="write PREFIX_*.png spectrum plots")

@@ -16,12 +16,56 @@ Methods:
   end s(Q_theta) = s(R) because Q_theta = (orthogonal) R. Memory O(n^2 + block * n).
   Accumulates in float64 by default (``dtype="float32"`` keeps float32). A wide matrix
   (M < N) is streamed by column blocks, i.e. the rows of Q_theta^T (same singular values).
+- ``"gram"``: streamed Gram matrix, exact to the bound below. G = Q^T Q is accumulated in
+  float64 over row blocks of b rows (BLAS-3 ``dsyrk`` / ``dgemm``: M N^2 flops, half of
+  TSQR's 2 M N^2), then s_i = sqrt(max(lambda_i(G), 0)) with ``scipy.linalg.eigh``
+  (eigenvalues only, driver ``evd``). Memory O(N^2 + b N), like TSQR. It resolves singular
+  values down to a floor s_floor (`gram_floor`), not to zero, and refuses
+  (`GramFloorError`) when asked for a threshold below it; the default threshold is the
+  Press threshold of Q's dtype, which it resolves for float16 / float32 matrices whose
+  energy is not spread flat (see the bound), never for float64 ones.
 - ``"randomized"``: Halko, Martinsson & Tropp (2011) range finder with power iterations,
   streamed by row blocks. **Approximate**: the result has ``exact=False`` and every printout
   says APPROXIMATE. Only used when asked for by name.
 - ``"auto"``: exact. ``"lapack"`` when Q is an in-memory array and a working copy plus the
   LAPACK workspace takes less than `memory_fraction` (1/4) of the available RAM
-  (``MemAvailable`` in /proc/meminfo); ``"tsqr"`` for paths, memmaps and large arrays.
+  (``MemAvailable`` in /proc/meminfo): the thesis' float32 ``sgesdd``, bit for bit. For
+  paths, memmaps and large arrays ``"gram"`` (2.5x faster than TSQR and 2x faster than
+  LAPACK at 82,430 x 5,000 in bench/RESULTS_svd.md) when its floor can lie below the
+  requested threshold, falling back to ``"tsqr"`` when the matrix's own floor does not
+  (the result's ``note`` says so); ``"tsqr"`` directly for float64 matrices,
+  ``dtype="float32"`` and ``device="gpu"``.
+
+Error bound of ``"gram"`` (M >= N; a wide Q is streamed as Q^T; sigma_i are the exact
+singular values of the stored matrix, u = 2^-53, first order in u):
+
+1. Accumulation. float16 / float32 entries are exact in float64 and so is the product of
+   two (2 x 24 <= 53 bits). A block's b x N rows give a scratch Gram tile (BLAS sums each
+   entry's b products in any order: at most b - 1 roundings on any product's path, plus one
+   for a float64 Q's rounded product), which is then added to G once. Every product thus
+   passes through at most d = b + ceil(M / b) roundings, so (Higham 2002, §4.2)
+   |G^ - G| <= gamma_d |Q|^T |Q| entrywise, gamma_d = d u / (1 - d u), and
+   ||G^ - G||_2 <= gamma_d || |Q| ||_2^2 <= gamma_d ||Q||_F^2.
+2. Eigenvalues. ``eigh`` is backward stable: its eigenvalues are exact for G^ + F with
+   ||F||_2 <= p(N) u ||G^||_2; we take p(N) = N (the LAPACK Users' Guide, §4.7, only calls it
+   a modestly growing function of N; ``evd`` and ``evr`` differ by ~80 u ||G|| at
+   N = 3,000, far inside N u ||G||).
+3. Weyl: |lambda^_i - sigma_i^2| <= E = gamma_d ||Q||_F^2 + N u s_max^2, and as
+   |a - b|^2 <= |a^2 - b^2| for a, b >= 0,  |s^_i - sigma_i| <= min(sqrt(E), E / sigma_i).
+
+The resolved floor is s_floor = sqrt(K E) with the safety constant K = `GRAM_SAFETY` = 16:
+for any threshold t >= s_floor, every sigma_i outside t (1 +- 1/K) lies on the same side of
+t as s^_i, so a rank counted at t is the exact rank of the stored matrix up to values within
+6 % of t. Relative to s_max, s_floor / s_max = 4 sqrt(gamma_d r + N u) with the energy
+ratio r = ||Q||_F^2 / s_max^2 in [1, N]. For PTB test (82,430 x 10,000, b = 512, d = 673)
+that is 4.4e-6 at r = 1 against the float32 Press threshold 1.8e-5: gram resolves it for r
+up to about 260. A log-probability matrix, whose entries share one sign and are dominated
+by their mean, has r near 1 (1.01-1.08 for log-softmax of Zipf-biased Gaussian logits of
+std 1-4); the benchmark's rank-400 matrix has r = 26; a Gaussian matrix, with
+r = N / (1 + sqrt(N / M))^2, is refused.
+The check runs before reading Q with r = 1 (a float64 Q's Press threshold, ~3e-14 s_max, is
+refused there), after the accumulation with lambda_max <= ||G^||_F, and after ``eigh``
+with the computed s_max.
 
 ``device="gpu"`` runs the TSQR folds and the final ``svdvals`` (or the LAPACK-style direct
 ``svdvals``) with torch on CUDA, else CuPy; it raises a clear error when neither sees a GPU.
@@ -39,6 +83,9 @@ Reference:
     factorizations", SIAM J. Sci. Comput. 34(1), 2012 (TSQR).
     N. Halko, P.-G. Martinsson, J. A. Tropp, "Finding structure with randomness", SIAM
     Review 53(2), 2011 (randomized SVD).
+    N. J. Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed. (2002), §4.2
+    (summation error bound); Weyl's inequality for symmetric eigenvalues (G. H. Golub,
+    C. F. Van Loan, Matrix Computations, 4th ed. (2013), §8.1).
 """
 
 import dataclasses
@@ -53,9 +100,18 @@ import scipy.linalg
 
 from tools.qmatrix_io import QMatrixError, open_q
 
-METHODS = ("auto", "lapack", "tsqr", "randomized")
+METHODS = ("auto", "lapack", "tsqr", "gram", "randomized")
 DEFAULT_BLOCK_BYTES = 32 * 2**20  # at least 32 MiB per TSQR block (in the compute dtype)
 TPQRT_PANEL = 64                  # column panel width nb passed to ?tpqrt
+# gram: 512-row blocks keep the depth d = b + ceil(M / b) of the float64 sums small (the
+# floor grows as sqrt(d)); measured here on 20,000 x 2,000, gram took 2.74 / 2.54 / 2.50 /
+# 2.47 s with 256 / 512 / 1,024 / 2,048 rows (the scratch tile's addition into G is paid
+# per block). Tiles of at most 5,000 columns bound the scratch to 200 MB.
+GRAM_BLOCK_ROWS = 512
+GRAM_TILE = 5000
+GRAM_SAFETY = 16.0      # K in s_floor = sqrt(K E): thresholds are resolved to +-1/K
+GRAM_EIGH_DRIVER = "evd"  # evd, ev, evr, evx took the same time here (tridiagonalization)
+UNIT_ROUNDOFF = 2.0 ** -53
 
 
 @dataclasses.dataclass
@@ -64,7 +120,8 @@ class SpectrumResult:
 
     Attributes:
         values: 1-D float64 array, descending (n = min(M, N) values; k for randomized).
-        method: ``"lapack"``, ``"tsqr"`` or ``"randomized"`` (the method actually used).
+        method: ``"lapack"``, ``"tsqr"``, ``"gram"`` or ``"randomized"`` (the method
+            actually used).
         exact: False only for ``"randomized"``.
         dtype: dtype of Q itself (e.g. ``"float32"``); the Press / numpy thresholds use its
             machine epsilon.
@@ -75,6 +132,9 @@ class SpectrumResult:
         source: file name of Q, or ``"array"``.
         block_rows: rows (or columns, for wide Q) per streamed block, when streamed.
         k: number of singular values requested (randomized only).
+        floor: ``"gram"`` only: the smallest singular value it resolves, s_floor (absolute;
+            see the module docstring). Thresholds below it are not resolved.
+        note: why the method differs from the one asked for (``auto``'s TSQR fallback).
     """
 
     values: np.ndarray
@@ -88,6 +148,8 @@ class SpectrumResult:
     source: str = ""
     block_rows: int | None = None
     k: int | None = None
+    floor: float | None = None
+    note: str = ""
 
     def __post_init__(self):
         self.values = np.asarray(self.values, dtype=np.float64).reshape(-1)
@@ -114,7 +176,7 @@ class SpectrumResult:
             "dtype": self.dtype, "shape": list(self.shape), "seconds": float(self.seconds),
             "compute_dtype": self.compute_dtype, "device": self.device,
             "source": self.source, "block_rows": self.block_rows, "k": self.k,
-            "num_values": int(self.values.size),
+            "floor": self.floor, "note": self.note, "num_values": int(self.values.size),
         }
         if include_values:
             d["values"] = [float(v) for v in self.values]
@@ -386,9 +448,168 @@ def _randomized(src, cdt, block, k, oversample, power_iters, seed, progress, che
     return scipy.linalg.svdvals(b, check_finite=False)[:k]
 
 
+class GramFloorError(ValueError):
+    """``method="gram"`` was asked for a threshold below the floor its error bound resolves.
+
+    Attributes:
+        floor: the floor s_floor / s_max (a lower bound of it when refused early).
+        requested: the requested threshold / s_max.
+    """
+
+    def __init__(self, message, floor, requested):
+        super().__init__(message)
+        self.floor, self.requested = floor, requested
+
+
+def gram_depth(m, block_rows):
+    """d = b + ceil(m / b): roundings on any product's path in the streamed Gram sum.
+
+    Args:
+        m: number of rows summed over (max(M, N)).
+        block_rows: rows per block b (capped at m).
+    """
+    b = max(1, min(int(block_rows), int(m)))
+    return b + -(-int(m) // b)
+
+
+def gram_floor(shape, block_rows=GRAM_BLOCK_ROWS, energy_ratio=1.0, safety=GRAM_SAFETY):
+    """s_floor / s_max = sqrt(K (gamma_d r + n u)) of ``method="gram"`` (module docstring).
+
+    Args:
+        shape: (M, N) of Q.
+        block_rows: rows per streamed block b (d = b + ceil(max(M, N) / b)).
+        energy_ratio: r = ||Q||_F^2 / s_max^2 (>= 1; 1 gives the smallest possible floor).
+        safety: K (default `GRAM_SAFETY` = 16).
+
+    Returns:
+        float, relative to s_max.
+
+    Example:
+        >>> round(gram_floor((82430, 10000), 512) / 1e-6, 2)      # PTB test, r = 1
+        4.35
+    """
+    m, n = max(shape), min(shape)
+    d = gram_depth(m, block_rows)
+    gamma = d * UNIT_ROUNDOFF / (1.0 - d * UNIT_ROUNDOFF)
+    return float(np.sqrt(safety * (gamma * float(energy_ratio) + n * UNIT_ROUNDOFF)))
+
+
+def _press_relative(shape, dtype):
+    from tools.rank import press_threshold  # tools.rank imports this module lazily only
+    return press_threshold(1.0, shape, dtype)
+
+
+def _gram_refusal(src, block, floor_rel, want_rel, asked, when):
+    m, n = src.shape
+    return GramFloorError(
+        f"method='gram' cannot resolve singular values down to {want_rel:.3g} s_max "
+        f"({asked}): its error bound puts the floor at {floor_rel:.3g} s_max for this "
+        f"{m:,} x {n:,} {src.dtype} matrix in blocks of {block} "
+        f"{'rows' if m >= n else 'columns'} ({when}). Use "
+        f"method='tsqr' (streamed QR) or method='lapack' instead, or pass a "
+        f"min_resolved of at least {floor_rel:.3g}.", floor_rel, want_rel)
+
+
+def _gram_accumulate(src, block, progress, check_finite):
+    """Upper triangle of G = A^T A in float64 (A = Q, or Q^T when wide), streamed."""
+    n = min(src.shape)
+    g = np.zeros((n, n), order="F")
+    parts = -(-n // GRAM_TILE)
+    edges = list(range(0, n, -(-n // parts))) + [n]
+    tiles = list(zip(edges, edges[1:]))
+    scratch = np.empty((edges[1], edges[1]), order="F")
+    buf = np.empty((min(block, max(src.shape)), n))
+    syrk, gemm = scipy.linalg.blas.dsyrk, scipy.linalg.blas.dgemm
+    bar = _Progress(max(src.shape), progress, "row" if src.shape[0] >= n else "column")
+    for done, rows in _stream(src, block, check_finite):
+        x = buf[:len(rows)]
+        np.copyto(x, rows)  # float16 / float32 -> float64 is exact
+        xt = x.T            # F-ordered n x b: block Gram = xt @ xt.T
+        for i, (i0, i1) in enumerate(tiles):
+            for j0, j1 in tiles[i:]:
+                # The tile's b-term sums land in scratch (beta = 0) and reach G by one
+                # addition: the depth bound holds whatever order the BLAS sums in.
+                c = scratch[:i1 - i0, :j1 - j0]
+                if i0 == j0:  # writes the upper triangle of c only; G's lower part is unused
+                    c = syrk(1.0, xt[i0:i1], beta=0.0, c=c, trans=0, lower=0, overwrite_c=1)
+                else:
+                    c = gemm(1.0, xt[i0:i1], xt[j0:j1], beta=0.0, c=c, trans_b=1,
+                             overwrite_c=1)
+                g[i0:i1, j0:j1] += c
+        bar.update(done)
+    return g
+
+
+def _gram(src, block, progress, check_finite, want_rel, asked):
+    """(singular values, s_floor) by the Gram route; `GramFloorError` below the floor."""
+    floor_rel = gram_floor(src.shape, block)
+    if floor_rel > want_rel:
+        raise _gram_refusal(src, block, floor_rel, want_rel, asked,
+                            "before reading it, at the smallest energy ratio r = 1")
+    g = _gram_accumulate(src, block, progress, check_finite)
+    trace = float(np.sum(np.diag(g)))  # = ||Q||_F^2 (to gamma_d)
+    tri = scipy.linalg.lapack.dlantr(b"F", g, uplo=b"U", diag=b"N")
+    fro = float(np.sqrt(max(2.0 * tri * tri - float(np.sum(np.diag(g) ** 2)), 0.0)))
+    if fro > 0:  # lambda_max <= ||G||_F: the smallest floor this matrix can have
+        floor_rel = gram_floor(src.shape, block, trace / fro)
+        if floor_rel > want_rel:
+            raise _gram_refusal(src, block, floor_rel, want_rel, asked,
+                                f"after the accumulation, ||Q||_F^2 = {trace:.4g}")
+    lam = scipy.linalg.eigh(g, lower=False, eigvals_only=True, overwrite_a=True,
+                            check_finite=False, driver=GRAM_EIGH_DRIVER)
+    del g
+    lam_max = max(float(lam[-1]), 0.0)
+    values = np.sqrt(np.clip(lam, 0.0, None))
+    if lam_max == 0.0:  # Q = 0: every sum was exact
+        return values, 0.0
+    floor_rel = gram_floor(src.shape, block, trace / lam_max)
+    if floor_rel > want_rel:
+        raise _gram_refusal(src, block, floor_rel, want_rel, asked,
+                            f"s_max = {np.sqrt(lam_max):.6g}, ||Q||_F^2 / s_max^2 = "
+                            f"{trace / lam_max:.3g}")
+    return values, floor_rel * float(np.sqrt(lam_max))
+
+
+def _check_min_resolved(min_resolved, shape, q_dtype):
+    """(relative threshold, its description) for gram; default: the Press threshold."""
+    if min_resolved is None:
+        return (_press_relative(shape, q_dtype),
+                f"the {np.dtype(q_dtype)} Press threshold 0.5 sqrt(M + N + 1) eps")
+    try:
+        want = float(min_resolved)
+    except (TypeError, ValueError):
+        want = float("nan")
+    if not np.isfinite(want) or want < 0:
+        raise ValueError(f"min_resolved must be a finite number >= 0 (a fraction of s_max), "
+                         f"got {min_resolved!r}")
+    return want, f"min_resolved={want:.3g}"
+
+
+def _tsqr(src, dtype, block_rows, dev, progress, check_finite):
+    m, n = src.shape
+    cdt = np.dtype(np.float64 if dtype is None else dtype)
+    if cdt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"dtype must be float32 or float64 for tsqr, got {cdt}")
+    block = int(block_rows) if block_rows else default_block_rows(min(m, n), cdt)
+    if block < 1:
+        raise ValueError(f"block_rows must be >= 1, got {block_rows}")
+    if dev == "gpu":
+        backend, tdev = _gpu_backend()
+        if backend == "torch":
+            return _tsqr_torch(src, cdt, block, progress, check_finite, tdev), cdt, block
+        return _tsqr_cupy(src, cdt, block, progress, check_finite), cdt, block
+    return _tsqr_cpu(src, cdt, block, progress, check_finite), cdt, block
+
+
+def _gram_block(src, block_rows):
+    if block_rows is not None and int(block_rows) < 1:
+        raise ValueError(f"block_rows must be >= 1, got {block_rows}")
+    return min(int(block_rows) if block_rows else GRAM_BLOCK_ROWS, max(src.shape))
+
+
 def singular_values(q, method="auto", block_rows=None, dtype=None, device=None,
                     progress=False, *, k=None, oversample=10, power_iters=4, seed=0,
-                    check_finite=True, memory_fraction=0.25):
+                    check_finite=True, memory_fraction=0.25, min_resolved=None):
     """Singular values s_1 >= ... >= s_n of Q (n = min(M, N)), exact unless randomized.
 
     Q = U diag(s) V^T (thin SVD, thesis §2.3, eq. 2.25); only s is computed.
@@ -396,21 +617,27 @@ def singular_values(q, method="auto", block_rows=None, dtype=None, device=None,
     Args:
         q: 2-D float16/32/64 ndarray, ``np.memmap``, or path to a ``.npy`` file (opened with
             ``mmap_mode="r"``, read block by block).
-        method: ``"auto"`` (default, exact), ``"lapack"``, ``"tsqr"`` or ``"randomized"``
-            (approximate; see the module docstring).
-        block_rows: rows per streamed block for ``"tsqr"`` / ``"randomized"`` (columns per
-            block for a wide Q with tsqr). Default: `default_block_rows`.
+        method: ``"auto"`` (default, exact), ``"lapack"``, ``"tsqr"``, ``"gram"`` (exact
+            above its floor) or ``"randomized"`` (approximate; see the module docstring).
+        block_rows: rows per streamed block for ``"tsqr"`` / ``"gram"`` / ``"randomized"``
+            (columns per block for a wide Q). Default: `default_block_rows`;
+            `GRAM_BLOCK_ROWS` (512) for gram.
         dtype: compute dtype. Default: the matrix's dtype for ``"lapack"`` (float16 ->
-            float32), float64 for ``"tsqr"`` and ``"randomized"``.
+            float32), float64 for ``"tsqr"`` and ``"randomized"``; ``"gram"`` is float64.
         device: None / ``"cpu"``, or ``"gpu"`` (torch CUDA, else CuPy; error if neither).
         progress: show a ``keras.utils.Progbar`` while streaming.
         k: number of singular values for ``"randomized"`` (default min(M, N)).
         oversample, power_iters, seed: randomized range finder settings.
         check_finite: raise `QMatrixError` naming the first row holding NaN / inf.
         memory_fraction: ``"auto"`` picks LAPACK only below this fraction of free RAM.
+        min_resolved: ``"gram"`` (and ``"auto"``'s choice of it) only: the smallest singular
+            value, as a fraction of s_max, that must be resolved. Default: the Press
+            threshold of Q's dtype, 0.5 sqrt(M + N + 1) eps (the numpy-rank threshold is
+            larger). ``"gram"`` raises `GramFloorError` (a ValueError) when its floor lies
+            above it; ``"auto"`` then uses ``"tsqr"``.
 
     Returns:
-        `SpectrumResult` (``.values`` float64, descending).
+        `SpectrumResult` (``.values`` float64, descending; ``.floor`` for gram).
 
     Example:
         >>> import numpy as np
@@ -418,34 +645,49 @@ def singular_values(q, method="auto", block_rows=None, dtype=None, device=None,
         >>> res = singular_values(q)                # in memory and small: LAPACK
         >>> res.method, res.values.shape
         ('lapack', (30,))
+        >>> g = singular_values(q.astype(np.float32), method="gram")
+        >>> bool(g.floor < 0.5 * np.sqrt(231) * np.finfo(np.float32).eps * g.s_max)
+        True
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     src = open_q(q)
     m, n = src.shape
     dev = _normalize_device(device)
-    if method == "auto":
+    auto = method == "auto"
+    want_rel, asked = _check_min_resolved(min_resolved, src.shape, src.dtype)
+    if auto:
         method = _choose_method(src, dtype, memory_fraction)
+        float64 = dtype is None or np.dtype(dtype) == np.float64
+        if method == "tsqr" and dev == "cpu" and float64 \
+                and gram_floor(src.shape, _gram_block(src, block_rows)) <= want_rel:
+            method = "gram"
     t0 = time.perf_counter()
-    used_block = None
+    used_block, floor, note = None, None, ""
     if method == "lapack":
         cdt = _lapack_dtype(src.dtype, dtype)
         values = _lapack(src, cdt, dev, check_finite)
     elif method == "tsqr":
-        cdt = np.dtype(np.float64 if dtype is None else dtype)
-        if cdt not in (np.dtype(np.float32), np.dtype(np.float64)):
-            raise ValueError(f"dtype must be float32 or float64 for tsqr, got {cdt}")
-        used_block = int(block_rows) if block_rows else default_block_rows(min(m, n), cdt)
-        if used_block < 1:
-            raise ValueError(f"block_rows must be >= 1, got {block_rows}")
+        values, cdt, used_block = _tsqr(src, dtype, block_rows, dev, progress, check_finite)
+    elif method == "gram":
         if dev == "gpu":
-            backend, tdev = _gpu_backend()
-            if backend == "torch":
-                values = _tsqr_torch(src, cdt, used_block, progress, check_finite, tdev)
-            else:
-                values = _tsqr_cupy(src, cdt, used_block, progress, check_finite)
-        else:
-            values = _tsqr_cpu(src, cdt, used_block, progress, check_finite)
+            raise ValueError("method='gram' runs on the CPU only; use device=None, or "
+                             "method='tsqr' with device='gpu'")
+        if dtype is not None and np.dtype(dtype) != np.float64:
+            raise ValueError(f"method='gram' accumulates in float64; got dtype={dtype!r} "
+                             f"(use dtype=None)")
+        cdt = np.dtype(np.float64)
+        used_block = _gram_block(src, block_rows)
+        try:
+            values, floor = _gram(src, used_block, progress, check_finite, want_rel, asked)
+        except GramFloorError as exc:
+            if not auto:
+                raise
+            note = (f"auto: used tsqr, as gram's error floor {exc.floor:.3g} s_max lies above "
+                    f"the threshold to resolve, {exc.requested:.3g} s_max ({asked})")
+            method, floor = "tsqr", None
+            values, cdt, used_block = _tsqr(src, dtype, block_rows, dev, progress,
+                                              check_finite)
     else:  # randomized
         if dev == "gpu":
             raise ValueError("method='randomized' runs on the CPU only; use device=None")
@@ -464,8 +706,10 @@ def singular_values(q, method="auto", block_rows=None, dtype=None, device=None,
     return SpectrumResult(values=values, method=method, exact=method != "randomized",
                           dtype=str(src.dtype), shape=(m, n), seconds=seconds,
                           compute_dtype=str(cdt), device=dev, source=src.name,
-                          block_rows=used_block, k=k if method == "randomized" else None)
+                          block_rows=used_block, k=k if method == "randomized" else None,
+                          floor=floor, note=note)
 
 
-__all__ = ["SpectrumResult", "singular_values", "default_block_rows",
-           "available_memory_bytes", "METHODS", "QMatrixError"]
+__all__ = ["SpectrumResult", "singular_values", "default_block_rows", "gram_floor",
+           "gram_depth", "GramFloorError", "available_memory_bytes", "METHODS",
+           "QMatrixError"]
