@@ -210,10 +210,22 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         if grad_norm is not None:
             self.grad_norm_tracker.update_state(grad_norm)
             logs["grad_norm"] = self.grad_norm_tracker.result()
+        for name, variable in self.reported_variables():
+            logs[name] = ops.convert_to_tensor(variable)
         if self.log_window_values:
             logs.update(window_loss=loss, window_nll=nll_sum / ops.maximum(tokens, 1.0),
                         window_tokens=tokens)
         return backends.current().step_logs(self, logs)
+
+    def reported_variables(self):
+        """`(name, variable)` for each scalar a layer inside the model reports per step: a
+        layer lists the names of its non-trainable scalar variables in `reported_variables`
+        (`tflm.layers.NeuralODELogits`: "nfe", its last solve's number of evaluations). The
+        logs carry the value after the step's forward pass."""
+        from tflm.compat import nested_layers
+        return [(name, getattr(layer, name)) for layer in nested_layers(self)
+                if layer is not self for name in getattr(layer, "reported_variables", ())
+                if isinstance(getattr(layer, name, None), keras.Variable)]
 
     @property
     def metrics(self):

@@ -5,6 +5,7 @@
     zoo.from_preset(name) the model of a preset; zoo.list_presets(), zoo.load_preset(name)
     zoo.make_head(spec)   an output head by name; zoo.head_names()
     zoo.load_model(path)  a saved zoo model (.keras)
+    zoo.transfer_weights(src, model)  a pre-trained model's weights into one with another head
 
 `python -m zoo.train` trains a preset. `import zoo` is cheap: the names above import Keras
 and the model code when first used (so load saved models with `zoo.load_model`, or after
@@ -22,6 +23,7 @@ _EXPORTS = {
     "list_presets": "zoo.presets",
     "load_preset": "zoo.presets",
     "load_model": "zoo.saving",
+    "transfer_weights": "zoo.transfer",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -42,6 +42,10 @@ class AWDLSTM(LanguageModel):
             `lstm_biases=2` trains PyTorch's two LSTM biases: with both, the model is
             parametrized and initialised as the reference implementations.
         alpha, beta: AR and TAR coefficients (2.0, 1.0).
+        freeze_base: train the head's own weights only (a NeuralODE or flow head put on a
+            pre-trained model, the "freeze" rows of Andonov 2019 Tables 7.3-7.10): the
+            backbone, with the tied embedding and output bias, is not trainable. Needs
+            tied weights. Default False.
         head: a head name, a dict {"type": name, ...} or a head layer. Default "softmax".
         bptt, clip_norm, weight_decay, scale_by_window, carry_state, flooding_level: see
             `tflm.LanguageModel`.
@@ -58,7 +62,8 @@ class AWDLSTM(LanguageModel):
                  last_dim=None, tie_weights=True, dropout=0.4, dropout_h=0.3, dropout_i=0.65,
                  dropout_e=0.1, weight_dropout=0.5, alpha=2.0, beta=1.0, head="softmax",
                  use_cudnn="auto", seed=None, init="keras", lstm_biases=1, embedding_noise=0.0,
-                 cosine_regularization=0.0, spectrum_control=None, **kwargs):
+                 cosine_regularization=0.0, spectrum_control=None, freeze_base=False,
+                 **kwargs):
         super().__init__(**kwargs)
         self.backbone = AWDLSTMBackbone(
             vocab_size, embed_dim=embed_dim, hidden_dim=hidden_dim, num_layers=num_layers,
@@ -72,6 +77,12 @@ class AWDLSTM(LanguageModel):
         self.alpha, self.beta = float(alpha), float(beta)
         self.head = self._build_head(head)
         self.head_takes_all_layers = bool(getattr(self.head, "takes_all_layers", False))
+        self.freeze_base = bool(freeze_base)
+        if self.freeze_base and not self.tie_weights:
+            raise ValueError("freeze_base=True freezes the backbone, which holds the tied "
+                             "output embedding; with tie_weights=False the head's own "
+                             "projection would still train. Tie the weights, or freeze "
+                             "nothing.")
 
     @property
     def embedding(self):
@@ -108,6 +119,11 @@ class AWDLSTM(LanguageModel):
         # Symbolic tokens of shape (None, None): every layer records those shapes, so
         # `summary()` shows (batch, time, ...) rather than a dummy window's sizes.
         self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
+        if self.freeze_base:
+            self.backbone.trainable = False  # with it the tied embedding the head uses
+            if not self.head.trainable_variables:
+                raise ValueError(f"freeze_base=True leaves nothing to train: the "
+                                 f"{type(self.head).__name__} head has no weights of its own.")
         self.built = True
 
     @property
@@ -162,5 +178,6 @@ class AWDLSTM(LanguageModel):
         head["config"] = {k: v for k, v in head["config"].items() if k != "embedding"}
         backbone = self.backbone.get_config()
         config.update({key: backbone[key] for key in BACKBONE_ARGS})
-        config.update(vocab_size=self.vocab_size, alpha=self.alpha, beta=self.beta, head=head)
+        config.update(vocab_size=self.vocab_size, alpha=self.alpha, beta=self.beta, head=head,
+                      freeze_base=self.freeze_base)
         return config

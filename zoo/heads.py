@@ -16,6 +16,7 @@ _HEADS = {
     "plif": ("PLIFHead", {}),
     "mixtape": ("MixtapeLayer", {"num_components": 4}),
     "doc": ("DOCLayer", {"num_components_per_layer": [0, 5, 15]}),
+    "node": ("NeuralODELogits", {}),
 }
 
 
@@ -29,7 +30,8 @@ def make_head(spec, embedding=None, vocab_size=None, init=None):
 
     Names: softmax, mos, moc, gss (defaults c=-1.5, k=2.5, the thesis' PTB choice), ss
     (SigSoftmax = GSS(0, 2)), plif, mixtape, doc (takes every layer's output; default
-    components (0, 5, 15) for a 3-layer body). The head is tied to `embedding` when one is
+    components (0, 5, 15) for a 3-layer body), node (NeuralODELogits: an ODE on the
+    logits, Andonov 2019). The head is tied to `embedding` when one is
     given, else untied with `vocab_size`. `init` ("keras" or "pytorch") is the default of
     the heads that have an `init` argument; the spec's own `init` wins.
     """

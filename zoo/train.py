@@ -50,7 +50,9 @@ def build_parser():
     p.add_argument("--out", help="output directory (default runs/<preset>-<time>); must not "
                                  "hold a run already")
     p.add_argument("--init-from", metavar="MODEL.keras",
-                   help="start from the weights of a saved .keras model (same vocabulary)")
+                   help="start from the weights of a saved .keras model (same vocabulary "
+                        "and backbone; a different head keeps its new weights at their "
+                        "initialisation)")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue a killed run from its last epoch checkpoint, with its own "
                         "configuration (only --epochs, --data-dir, --strategy, --quiet may "
@@ -170,6 +172,17 @@ def main(argv=None):
         return 130
 
 
+def missing_base_message(base):
+    """What to run first for a preset that starts from a pre-trained model (its `base`)."""
+    steps = f"python -m zoo.train {base['preset']} --out BASE"
+    if base.get("finetuned"):
+        steps += f", then python -m zoo.train --finetune BASE --out TUNED"
+    where = "TUNED" if base.get("finetuned") else "BASE"
+    return (f"this preset puts a new head on a pre-trained {base['preset']} model"
+            f"{' (finetuned)' if base.get('finetuned') else ''}: train it first ({steps}) "
+            f"and pass --init-from {where}/best.keras.")
+
+
 def _main(args, out):
     """`main` after the start: train into `out`, or print the one-line error."""
     from tflm.callbacks import TrainingDiverged
@@ -192,6 +205,8 @@ def _main(args, out):
             config = resolve_config(args.preset or "synthetic", args.set, corpus=args.corpus,
                                     head=args.head, epochs=args.epochs,
                                     batch_size=args.batch_size, seed=args.seed)
+        if config is not None and config.get("base") and not args.init_from:
+            raise UserError(missing_base_message(config["base"]))
         results = run(config, out, data_dir=args.data_dir, init_from=args.init_from,
                       verbose=2 if args.quiet else 1, resume=bool(args.resume),
                       strategy_name=args.strategy, finetune_from=args.finetune,

@@ -34,7 +34,8 @@ from zoo.rundir import NewRunDir, prepare_run_dir
 def check_init_model(path, model, vocabulary):
     """Copy the weights of the saved model `path` into `model`, after checking that it was
     made with the same vocabulary (size, and words when a vocab.txt lies beside it:
-    `zoo.model_vocabulary`)."""
+    `zoo.model_vocabulary`). Its head may differ from `model`'s (a NeuralODE head on a
+    pre-trained softmax model): `zoo.transfer.transfer_weights`."""
     from zoo.model_vocabulary import check_model_vocabulary
     from zoo.saving import load_model
     src = load_model(path)
@@ -42,7 +43,11 @@ def check_init_model(path, model, vocabulary):
     if size is None:
         raise UserError(f"--init-from {path}: not a zoo language model (no vocab_size).")
     check_model_vocabulary(path, size, vocabulary)
-    model.set_weights(src.get_weights())
+    from zoo.transfer import transfer_weights
+    fresh = transfer_weights(src, model, source_name=f"--init-from {path}")
+    if fresh:
+        print(f"--init-from {path}: {type(src.head).__name__} head -> "
+              f"{type(model.head).__name__}; at their initialisation: {', '.join(fresh)}")
 
 
 def load_for_finetune(model, run_dir, vocabulary):

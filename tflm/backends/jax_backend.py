@@ -31,10 +31,14 @@ def _optimizer_scope(model, optimizer_variables):
         state_mapping=list(zip(model.optimizer.variables, optimizer_variables)))
 
 
-def _metric_updates(model, metrics_variables, loss, nll_sum, tokens, grad_norm=None):
-    """Update the metric trackers statelessly; returns (logs, new metric values)."""
+def _metric_updates(model, metrics_variables, loss, nll_sum, tokens, grad_norm=None,
+                    non_trainable=None):
+    """Update the metric trackers statelessly; returns (logs, new metric values). The
+    step's non-trainable values (`non_trainable`) are what reported variables read."""
     mapping = list(zip(model.metrics_variables, metrics_variables))
-    with keras.StatelessScope(state_mapping=mapping) as scope:
+    reads = [] if non_trainable is None else list(zip(model.non_trainable_variables,
+                                                      non_trainable))
+    with keras.StatelessScope(state_mapping=mapping + reads) as scope:
         logs = model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=grad_norm)
     new_values = []
     for ref, value in mapping:
@@ -94,7 +98,8 @@ class JaxBackend(Backend):
         trainable, optimizer_variables = model.optimizer.stateless_apply(
             optimizer_variables, grads, trainable)
         logs, metrics_variables = _metric_updates(model, metrics_variables, loss, nll_sum,
-                                                  tokens, grad_norm=norm)
+                                                  tokens, grad_norm=norm,
+                                                  non_trainable=non_trainable)
         return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
 
     def test_step(self, model, state, data):
@@ -106,7 +111,7 @@ class JaxBackend(Backend):
         loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight,
                                                       extra_losses=[], inputs=x)
         logs, metrics_variables = _metric_updates(model, metrics_variables, loss, nll_sum,
-                                                  tokens)
+                                                  tokens, non_trainable=non_trainable)
         return logs, (trainable, non_trainable, metrics_variables)
 
     def window_gradients(self, model, tokens, targets, states):

@@ -12,3 +12,4 @@ from tflm.layers.plif import PLIFHead, PLIFLayer, learning_rate_multipliers
 from tflm.layers.mos import MoCLayer, MoSLayer
 from tflm.layers.mixtape import MixtapeLayer
 from tflm.layers.doc import DOCLayer
+from tflm.layers.neural_ode import NeuralODELogits

@@ -1,0 +1,85 @@
+"""What reverse-mode differentiation looks like on each backend, where `keras.ops` has no word
+for it: a vector-Jacobian product, and whether a while loop can be differentiated.
+
+    value_and_vjp(fn, primals, cotangents)
+        -> (fn(primals), [sum_i c_i^T d fn_i / d p for p in primals])
+
+    TensorFlow  tf.GradientTape (unconnected gradients as zeros)
+    JAX         jax.vjp
+    PyTorch     torch.autograd.grad on detached copies of the primals (grad mode on)
+
+`while_loop_is_differentiable()` says whether `keras.ops.while_loop` may be
+reverse-differentiated: TensorFlow's while_v2 keeps every iteration's intermediates and
+PyTorch's loop is a Python loop under autograd, but `jax.lax.while_loop` has no
+reverse-mode rule (only a bounded `jax.lax.scan` has one).
+
+`tflm.ode` uses both: the adjoint method needs a^T df/dy and a^T df/dtheta inside its
+backward solve, and an adaptive solve differentiated by backpropagation needs a loop that
+reverse mode can pass through (docs/design.md, contract 6: backend-specific code lives in
+tflm/backends/). Each framework is imported only when its backend is the running one.
+"""
+
+import keras
+
+_DIFFERENTIABLE_WHILE = {"tensorflow": True, "torch": True}
+
+
+def while_loop_is_differentiable():
+    """True where reverse mode passes through `keras.ops.while_loop` (TensorFlow, PyTorch)."""
+    return _DIFFERENTIABLE_WHILE.get(keras.backend.backend(), False)
+
+
+def value_and_vjp(fn, primals, cotangents):
+    """`fn(primals)` (a list of tensors) and its VJP with `cotangents` w.r.t. each primal.
+
+    Args:
+        fn: callable taking a list of tensors and returning a list of tensors.
+        primals: list of tensors to differentiate with respect to.
+        cotangents: list of tensors, one per output of `fn`, of the outputs' shapes.
+
+    Returns:
+        `(outputs, grads)`: the outputs (no gradient history) and one tensor per primal
+        (zeros where an output does not depend on it).
+    """
+    name = keras.backend.backend()
+    if name == "tensorflow":
+        return _tensorflow_vjp(fn, primals, cotangents)
+    if name == "jax":
+        return _jax_vjp(fn, primals, cotangents)
+    if name == "torch":
+        return _torch_vjp(fn, primals, cotangents)
+    raise NotImplementedError(
+        f"vector-Jacobian products are not available on the {name!r} Keras backend; "
+        "use TensorFlow, JAX or PyTorch.")
+
+
+def _tensorflow_vjp(fn, primals, cotangents):
+    import tensorflow as tf
+    with tf.GradientTape(persistent=False) as tape:
+        for p in primals:
+            tape.watch(p)
+        outputs = list(fn(list(primals)))
+    grads = tape.gradient(outputs, list(primals), output_gradients=list(cotangents),
+                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    return [tf.stop_gradient(o) for o in outputs], list(grads)
+
+
+def _jax_vjp(fn, primals, cotangents):
+    import jax
+    outputs, pullback = jax.vjp(lambda *p: list(fn(list(p))), *primals)
+    return outputs, list(pullback(list(cotangents)))
+
+
+def _torch_vjp(fn, primals, cotangents):
+    import torch
+    with torch.enable_grad():
+        leaves = [p.detach().requires_grad_(True) for p in primals]
+        outputs = list(fn(leaves))
+        pairs = [(o, c) for o, c in zip(outputs, cotangents) if o.requires_grad]
+        if pairs:
+            grads = torch.autograd.grad([o for o, _ in pairs], leaves,
+                                        grad_outputs=[c for _, c in pairs], allow_unused=True)
+        else:
+            grads = [None] * len(leaves)
+    grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, leaves)]
+    return [o.detach() for o in outputs], grads
