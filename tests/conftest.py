@@ -1,5 +1,6 @@
 """Shared pytest set-up: quiet TensorFlow, default data directory, backend subprocess helper."""
 
+import re
 import os
 import pathlib
 
@@ -55,3 +56,15 @@ def tiny_run(tmp_path_factory):
     assert train.main(["--epochs", "1", "--seed", "3", "--out", str(out),
                        *TINY_RUN_FLAGS]) == 0
     return out
+
+
+_NATIVE_LOG_LINE = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] |"
+                              r"^WARNING: All log messages before absl::InitializeLog")
+
+
+def without_native_log_lines(text):
+    """`text` without the C++ runtime's log lines (TensorFlow / XLA, e.g. "E0000 ...
+    util.cc:131] oneDNN supports DT_BOOL only on platforms with AVX-512", which TensorFlow
+    prints mid-run on some CPUs whatever zoo.quiet_start filtered at start-up)."""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not _NATIVE_LOG_LINE.match(line))
