@@ -174,7 +174,7 @@ def main(argv=None):
 
 def missing_base_message(base):
     """What to run first for a preset that starts from a pre-trained model (its `base`)."""
-    steps = f"python -m zoo.train {base['preset']} --out BASE"
+    steps = f"python -m zoo.train --preset {base['preset']} --out BASE"
     if base.get("finetuned"):
         steps += f", then python -m zoo.train --finetune BASE --out TUNED"
     where = "TUNED" if base.get("finetuned") else "BASE"

@@ -1,4 +1,4 @@
-"""Starting a model from a pre-trained base whose output head differs, and freezing the base.
+"""Starting a model from a pre-trained base whose output head differs.
 
 Andonov 2019 (§7.3) puts a new output layer (a NeuralODE on the logits, a flow) on top of a
 pre-trained AWD-LSTM: the base's weights are copied (`--init-from BASE.keras`), the new
@@ -16,6 +16,7 @@ saved in its configuration, so a reloaded or resumed model trains the same weigh
 """
 
 from zoo.errors import UserError
+
 
 def _relative_name(variable, layer):
     prefix = layer.path + "/"

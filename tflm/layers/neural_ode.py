@@ -74,8 +74,8 @@ class NeuralODELogits(LogProbHead):
                            max_steps=int(max_steps), adjoint=bool(adjoint))
         self.t1 = float(t1)
         self.init = init
-        # Checks every solver argument now, not at the first call inside a traced step.
-        ode.odeint(lambda t, y: -y, ops.zeros((1,)), 0.0, self.t1, **self.solver)
+        # Every solver argument is checked now, not at the first call inside a traced step.
+        ode.check_options(0.0, self.t1, **self.solver)
 
     def build(self, input_shape):
         self.build_projection(input_shape[-1])

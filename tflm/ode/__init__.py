@@ -32,9 +32,9 @@ Reference: Chen et al. 2018, "Neural Ordinary Differential Equations"; Grathwohl
 """
 
 from tflm.ode.integrate import ODEIntegrationError
-from tflm.ode.solvers import ODESolution, odeint
+from tflm.ode.solvers import ODESolution, check_options, odeint
 from tflm.ode.tableaus import ADAPTIVE, FIXED_STEP, TABLEAUS
 
 METHODS = tuple(TABLEAUS)
 
-__all__ = ["odeint", "ODESolution", "ODEIntegrationError", "METHODS", "ADAPTIVE", "FIXED_STEP"]
+__all__ = ["odeint", "check_options", "ODESolution", "ODEIntegrationError", "METHODS", "ADAPTIVE", "FIXED_STEP"]

@@ -117,6 +117,16 @@ def _vector_field(f, like, is_sequence, with_params):
     return field
 
 
+def check_options(t0, t1, *, method="dopri5", rtol=1e-5, atol=1e-5, step_size=None,
+                  max_steps=1000, adjoint=False):
+    """Check `odeint`'s solver options without solving: `(t0, t1, SolverConfig)` or the
+    `ValueError` `odeint` would raise (a layer checks its options when it is made)."""
+    t0, t1, config = _check_config(method, t0, t1, rtol, atol, step_size, max_steps)
+    if not isinstance(adjoint, bool):
+        raise ValueError(f"adjoint must be True or False; got {adjoint!r}.")
+    return t0, t1, config
+
+
 def odeint(f, y0, t0, t1, *, method="dopri5", rtol=1e-5, atol=1e-5, step_size=None,
            max_steps=1000, adjoint=False, params=None):
     """Solve the initial value problem y' = f(t, y), y(t0) = y0, and return y(t1) and NFE.
@@ -180,9 +190,8 @@ def odeint(f, y0, t0, t1, *, method="dopri5", rtol=1e-5, atol=1e-5, step_size=No
     """
     if not callable(f):
         raise ValueError(f"f must be callable as f(t, y); got {f!r}.")
-    t0, t1, config = _check_config(method, t0, t1, rtol, atol, step_size, max_steps)
-    if not isinstance(adjoint, bool):
-        raise ValueError(f"adjoint must be True or False; got {adjoint!r}.")
+    t0, t1, config = check_options(t0, t1, method=method, rtol=rtol, atol=atol,
+                                   step_size=step_size, max_steps=max_steps, adjoint=adjoint)
     if params is not None and not isinstance(params, (list, tuple)):
         raise ValueError("params must be a list or tuple of tensors / variables (or None); "
                          f"got {type(params).__name__}.")
@@ -211,4 +220,4 @@ def odeint(f, y0, t0, t1, *, method="dopri5", rtol=1e-5, atol=1e-5, step_size=No
     return ODESolution(_restructure(out, y0, is_sequence), result.nfe)
 
 
-__all__ = ["odeint", "ODESolution"]
+__all__ = ["odeint", "check_options", "ODESolution"]
