@@ -8,7 +8,7 @@ from keras import ops
 from tflm import backends
 from tflm.batch_size import batch_size_of, leading_dim
 from tflm.compat import TokenWindowBuild
-from tflm.losses import token_nll
+from tflm.losses import sampled_token_nll, token_nll
 from tflm.metrics import Perplexity, TokenMeanNLL
 from tflm.padding import real_position_weights
 
@@ -167,6 +167,14 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         `forward_with_state` receives `targets=`. False by default."""
         return False
 
+    @property
+    def samples_in_training(self):
+        """Whether the forward pass in training (given the targets) returns log-probabilities
+        over sampled candidates with the target in column 0 (a head trained by importance
+        sampling, `tflm.losses.importance_sampled_log_probs`); the training loss then reads
+        column 0. False by default."""
+        return False
+
     def call(self, tokens, training=False, targets=None):
         extra = {"targets": targets} if (targets is not None and training
                                           and self.uses_targets) else {}
@@ -182,11 +190,17 @@ class LanguageModel(TokenWindowBuild, keras.Model):
 
     # ---- loss and metrics --------------------------------------------------------------
     def compute_lm_loss(self, y, log_probs, sample_weight=None, extra_losses=None,
-                        inputs=None):
+                        inputs=None, training=False):
         """(loss, NLL sum, token count) for one window; loss adds `self.losses` (or
         `extra_losses` when given: the losses a stateless JAX call collected). With the
-        window's `inputs`, padded positions (`tflm.data.PAD_ID`) carry no weight."""
-        nll = token_nll(y, log_probs)
+        window's `inputs`, padded positions (`tflm.data.PAD_ID`) carry no weight.
+        `training`: the train steps' forward pass, whose log-probabilities are over sampled
+        candidates when `samples_in_training` (then the NLL, and the training loss and
+        perplexity in the logs, are the sampled objective's)."""
+        if training and self.samples_in_training:
+            nll = sampled_token_nll(log_probs)
+        else:
+            nll = token_nll(y, log_probs)
         if inputs is None:
             weights = ops.ones_like(nll)
         else:

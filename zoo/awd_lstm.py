@@ -130,6 +130,10 @@ class AWDLSTM(LanguageModel):
     def uses_targets(self):
         return bool(getattr(self.head, "takes_targets", False))
 
+    @property
+    def samples_in_training(self):
+        return bool(getattr(self.head, "samples_in_training", False))
+
     def forward_with_state(self, tokens, states=None, training=False, targets=None):
         """Pure forward pass: (log-probabilities, final [(h, c)] per layer). Builds the
         model first when it is not built (so it saves and reloads like a built one).

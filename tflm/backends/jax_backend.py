@@ -82,7 +82,8 @@ class JaxBackend(Backend):
                 trainable_values, non_trainable_values, x, training=True, return_losses=True,
                 targets=y)
             loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight,
-                                                          extra_losses=losses, inputs=x)
+                                                          extra_losses=losses, inputs=x,
+                                                          training=True)
             scaled = loss
             if loss_scaled:
                 with _optimizer_scope(model, optimizer_variables):

@@ -65,7 +65,7 @@ class TensorFlowBackend(Backend):
         with tf.GradientTape() as tape:
             log_probs = model(x, training=True, targets=y)
             loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight,
-                                                          inputs=x)
+                                                          inputs=x, training=True)
             replica_loss = _per_replica_loss(loss)
             if loss_scale(model.optimizer) is not None:
                 replica_loss = model.optimizer.scale_loss(replica_loss)

@@ -15,7 +15,8 @@ class TorchBackend(Backend):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         model.zero_grad()
         log_probs = model(x, training=True, targets=y)
-        loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight, inputs=x)
+        loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight, inputs=x,
+                                                      training=True)
         scaled = loss if loss_scale(model.optimizer) is None else model.optimizer.scale_loss(loss)
         scaled.backward()
         variables = model.trainable_variables

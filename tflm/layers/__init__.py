@@ -2,6 +2,7 @@
 
 from tflm.layers.embedding import TiedEmbedding
 from tflm.layers.head import LogProbHead
+from tflm.layers.candidate_sampler import CandidateSampler
 from tflm.layers.softmax import SoftmaxLayer
 from tflm.layers.dropout import EmbeddingDropout, LockedDropout
 from tflm.layers.noise import EmbeddingNoise

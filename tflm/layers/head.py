@@ -4,7 +4,9 @@ import keras
 from keras import ops
 
 from tflm.layers.advsoft import adversarial_logits
+from tflm.layers.candidate_sampler import CandidateSampler
 from tflm.layers.embedding import TiedEmbedding
+from tflm.losses import importance_sampled_log_probs
 
 
 def tanh_components(x, kernel, bias, num_components, units):
@@ -30,6 +32,13 @@ class LogProbHead(keras.layers.Layer):
     `adversarial_alpha` and `call(h, training=False, targets=None)`, and passes both to
     `self.project(h, targets=..., training=...)`; `takes_targets` tells the language model
     to hand it the window's targets in training (`tflm.layers.advsoft`).
+    A head that supports importance-sampled training (`supports_sampling = True`: softmax,
+    the conditional flow) takes `num_samples` (k) and `sampling_seed`; with k set, in
+    training and given the targets, it returns `(batch, time, 1 + k)` log-probabilities
+    over the target (column 0) and k words drawn from the proposal Q (`self.sampler`, a
+    `tflm.layers.CandidateSampler`; `tflm.losses.importance_sampled_log_probs`), and
+    `samples_in_training` tells the language model to take column 0 as the target's
+    (`tflm.losses.sampled_token_nll`). Outside training it returns the full distribution.
     A head takes inputs that carry a Keras mask (padded windows) and passes no mask on: the
     language model weights the positions itself.
 
@@ -39,11 +48,16 @@ class LogProbHead(keras.layers.Layer):
             must match it if both are given).
         adversarial_alpha: AdvSoft's alpha (0 = off; 0.005 in the reference), for heads
             that support it.
+        num_samples: k noise words per position for importance-sampled training (None =
+            full softmax in training), for heads that support it.
+        sampling_seed: seed of the candidate sampler.
     """
 
     supports_adversarial = False
+    supports_sampling = False
 
-    def __init__(self, embedding=None, vocab_size=None, adversarial_alpha=0.0, **kwargs):
+    def __init__(self, embedding=None, vocab_size=None, adversarial_alpha=0.0,
+                 num_samples=None, sampling_seed=None, **kwargs):
         super().__init__(**kwargs)
         adversarial_alpha = float(adversarial_alpha)
         if not adversarial_alpha >= 0.0:
@@ -72,6 +86,20 @@ class LogProbHead(keras.layers.Layer):
         self.vocab_size = embedding.vocab_size if embedding is not None else int(vocab_size)
         if self.vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2; got {self.vocab_size}.")
+        if num_samples is not None and not self.supports_sampling:
+            raise ValueError(f"{type(self).__name__} does not implement importance-sampled "
+                             "training; num_samples applies to SoftmaxLayer and "
+                             "ConditionalCNFHead.")
+        if num_samples is not None and adversarial_alpha:
+            raise ValueError(f"{type(self).__name__}: AdvSoft (adversarial_alpha="
+                             f"{adversarial_alpha}) and importance sampling (num_samples="
+                             f"{num_samples}) do not combine; choose one.")
+        self.num_samples = None if num_samples is None else int(num_samples)
+        self.sampling_seed = sampling_seed
+        self.sampler = None
+        if self.num_samples is not None:
+            self.sampler = CandidateSampler(self.vocab_size, self.num_samples,
+                                            seed=sampling_seed, name="sampler")
 
     @property
     def tied(self):
@@ -79,8 +107,40 @@ class LogProbHead(keras.layers.Layer):
 
     @property
     def takes_targets(self):
-        """Whether `call` needs the targets in training (AdvSoft on)."""
-        return self.adversarial_alpha > 0.0
+        """Whether `call` needs the targets in training (AdvSoft or sampling on)."""
+        return self.adversarial_alpha > 0.0 or self.num_samples is not None
+
+    @property
+    def samples_in_training(self):
+        """Whether training returns log-probabilities over sampled candidates (target in
+        column 0) instead of the vocabulary."""
+        return self.num_samples is not None
+
+    def sampling(self, training, targets):
+        """Whether this call trains on sampled candidates."""
+        return bool(training) and targets is not None and self.num_samples is not None
+
+    def bias_of(self, ids):
+        """Output bias b_w of int `ids` (zeros without one), `ids.shape`, float32."""
+        bias = self.embedding.output_bias if self.tied else self.bias
+        if bias is None:
+            return ops.zeros(ops.shape(ids), "float32")
+        return ops.take(ops.cast(bias, "float32"), ops.cast(ids, "int32"), axis=0)
+
+    def candidate_logits(self, h, ids):
+        """Logits h . e_w + b_w of the candidate words `ids` `(batch, time, C)` for context
+        vectors `h` `(batch, time, d)`: `(batch, time, C)`, float32, equal to the
+        matching entries of `project(h)`."""
+        vectors = self.target_vectors(ids)
+        dots = ops.squeeze(ops.matmul(vectors, ops.expand_dims(ops.cast(h, "float32"), -1)),
+                           -1)
+        return dots + self.bias_of(ids)
+
+    def sampled_log_probs(self, h, targets):
+        """Importance-sampled log-probabilities `(batch, time, 1 + k)` of the plain
+        projection (sampled softmax): the sampler's candidates, their logits, log Q."""
+        ids, log_q = self.sampler(targets)
+        return importance_sampled_log_probs(self.candidate_logits(h, ids), log_q)
 
     def target_vectors(self, ids):
         """Output embeddings e_w of int `ids`, `ids.shape + (d,)`, float32: rows of the tied
@@ -91,7 +151,10 @@ class LogProbHead(keras.layers.Layer):
                         ops.cast(ids, "int32"), axis=0)
 
     def build_projection(self, input_dim):
-        """Create the untied kernel/bias (no-op when tied); call from `build`."""
+        """Create the untied kernel/bias (no-op when tied) and the candidate sampler's
+        proposal; call from `build`."""
+        if self.sampler is not None:
+            self.sampler.build()
         if self.tied:
             if not self.embedding.built:
                 self.embedding.build()
@@ -130,6 +193,8 @@ class LogProbHead(keras.layers.Layer):
         config["vocab_size"] = self.vocab_size
         if self.supports_adversarial:
             config["adversarial_alpha"] = self.adversarial_alpha
+        if self.supports_sampling:
+            config.update(num_samples=self.num_samples, sampling_seed=self.sampling_seed)
         config["embedding"] = (keras.saving.serialize_keras_object(self.embedding)
                                if self.tied else None)
         return config

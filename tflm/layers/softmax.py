@@ -25,6 +25,9 @@ class SoftmaxLayer(LogProbHead):
         vocab_size: V for an untied projection.
         adversarial_alpha: AdvSoft's alpha; 0 (default) turns it off, 0.005 is the
             reference's.
+        num_samples: k for sampled-softmax training; None (default) trains on the full
+            softmax.
+        sampling_seed: seed of the candidate sampler.
 
     Input shape: `(batch, time, d)`. Output shape: `(batch, time, V)`, float32.
 
@@ -36,11 +39,14 @@ class SoftmaxLayer(LogProbHead):
     """
 
     supports_adversarial = True
+    supports_sampling = True
 
     def build(self, input_shape):
         self.build_projection(input_shape[-1])
         self.built = True
 
     def call(self, h, training=False, targets=None):
+        if self.sampling(training, targets):
+            return self.sampled_log_probs(h, targets)
         logits = ops.cast(self.project(h, targets=targets, training=training), "float32")
         return ops.log_softmax(logits, axis=-1)
