@@ -1,4 +1,5 @@
-"""The model, optimizer, averaging trigger and window padding a run's configuration names."""
+"""The model, optimizer, averaging trigger, learning-rate schedule and window padding a run's
+configuration names."""
 
 from zoo.errors import ConfigError
 
@@ -37,6 +38,20 @@ def make_optimizer(training):
         return optimizers.Adam(lr)
     raise ConfigError(f"unknown optimizer {name!r} in training.optimizer; use sgd, asgd or "
                       "adam.")
+
+
+def make_lr_schedule(training):
+    """The `training.when` schedule (`tflm.step_decay.StepDecay`: the learning rate divided
+    by 10 after each listed 1-based epoch, as salesforce/awd-lstm-lm `--when`), or None when
+    the list is absent or empty."""
+    when = training.get("when") or []
+    if not when:
+        return None
+    from tflm.step_decay import StepDecay
+    try:
+        return StepDecay(when, learning_rate=float(training.get("lr", 30.0)))
+    except ValueError as err:
+        raise ConfigError(f"training.when: {err}") from err
 
 
 def make_trigger(training, finetune=False):

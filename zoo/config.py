@@ -77,6 +77,11 @@ def _number(value):
             and math.isfinite(value))
 
 
+def _epoch_list(value):
+    return (isinstance(value, list) and all(_integer(e) and e >= 1 for e in value)
+            and all(a < b for a, b in zip(value, value[1:])))
+
+
 # (fields, test, what the value must be): the numbers a run reads from its configuration.
 _TRAINING_RULES = (
     (("batch_size", "eval_batch_size", "test_batch_size", "bptt", "epochs", "nonmono"),
@@ -89,6 +94,10 @@ _TRAINING_RULES = (
     (("max_seq_len", "pad_to_multiple"), lambda v: v is None or _integer(v) and v >= 1,
      "a positive integer or null"),
     (("partial_shuffle",), lambda v: isinstance(v, bool), "true or false"),
+    (("when",), lambda v: v is None or _epoch_list(v),
+     "a list of 1-based epoch numbers in increasing order after which the learning rate is "
+     "divided by 10, e.g. --set training.when=[300,400] (salesforce's --when 300 400), or "
+     "[] for none"),
 )
 _EVALUATION_FIELDS = ("bptt", "valid_batch_size", "test_batch_size")
 _CORPUS_SIZES = ("train_tokens", "valid_tokens", "test_tokens")

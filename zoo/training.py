@@ -23,7 +23,8 @@ import math
 import pathlib
 
 from zoo import checkpoint, interrupt
-from zoo.builders import build_model, make_optimizer, make_trigger, pad_to_multiple
+from zoo.builders import (build_model, make_lr_schedule, make_optimizer, make_trigger,
+                          pad_to_multiple)
 from zoo.config import check_config
 from zoo.corpora import check_split_sizes, load_data
 from zoo.errors import UserError
@@ -128,22 +129,25 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
     corpus, optimal = load_data(config["corpus"], data_dir)
     check_split_sizes(corpus, training)
     trigger = make_trigger(training, finetune=bool(finetune_from or config.get("finetune")))
+    schedule = make_lr_schedule(training)  # training.when: lr / 10 after the listed epochs
     with NewRunDir(out) as run_dir:
         if resume:
             run_dir.keep()  # an existing run: a failed resume removes nothing of it
         else:
             prepare_run_dir(out, config, list(corpus.vocabulary))
         with interrupt.deferring():  # a Ctrl-C stops at the next batch, not inside TF
-            return _train(config, out, run_dir, corpus, optimal, trigger, verbose=verbose,
+            return _train(config, out, run_dir, corpus, optimal, trigger, schedule,
+                          verbose=verbose,
                           state=state, rewrite_config=changed,
                           init_from=init_from, strategy_name=strategy_name,
                           finetune_from=finetune_from)
 
 
-def _train(config, out, run_dir, corpus, optimal, trigger, verbose, state, rewrite_config,
-           init_from, strategy_name, finetune_from):
+def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, state,
+           rewrite_config, init_from, strategy_name, finetune_from):
     """`run` after its checks: build or load the model, train the remaining epochs with a
-    checkpoint after each (`run_dir.keep()` after the first), write the outputs."""
+    checkpoint after each (`run_dir.keep()` after the first), write the outputs. The
+    trigger's and the learning-rate schedule's states travel in the checkpoint."""
     import keras
 
     from tflm import data, distribute
@@ -179,6 +183,8 @@ def _train(config, out, run_dir, corpus, optimal, trigger, verbose, state, rewri
         state["best"] = finetune_baseline(model, out, strategy, corpus.valid, training)
     if trigger is not None and state.get("trigger"):
         trigger.set_state(state["trigger"])
+    if schedule is not None and state.get("lr_schedule"):
+        schedule.set_state(state["lr_schedule"])
 
     bptt = int(training.get("bptt", 70))
     batch = int(training.get("batch_size", 20))
@@ -193,9 +199,11 @@ def _train(config, out, run_dir, corpus, optimal, trigger, verbose, state, rewri
     speed = WordsPerSecond(tokens_per_epoch=batch * positions)
     board = keras.callbacks.TensorBoard(log_dir=str(out / "logs"),
                                         histogram_freq=int(training.get("histograms", 0)))
-    extras = [] if trigger is None else [trigger]
-    extras += [EmbeddingProjector(out / "logs", vocabulary),
-               TopPredictionsText(out / "logs", fixed_contexts(corpus.valid), vocabulary)]
+    # The trigger first (an EpochTrigger starts averaging at epoch begin), then the schedule
+    # (which divides only while not averaging), both before TensorBoard.
+    before = [c for c in (trigger, schedule) if c is not None]
+    after = [EmbeddingProjector(out / "logs", vocabulary),
+             TopPredictionsText(out / "logs", fixed_contexts(corpus.valid), vocabulary)]
     progress = [EpochProgbar(epochs)] if verbose == 1 else []
     history, best = state["history"], state["best"]
     for epoch in range(state["epoch"], epochs):
@@ -211,7 +219,7 @@ def _train(config, out, run_dir, corpus, optimal, trigger, verbose, state, rewri
             hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
                              epochs=epoch + 1, verbose=1 if verbose == 1 else 0,
                              callbacks=[interrupt.CheckCtrlC(), StopOnNaN(), speed,
-                                        *extras[:1], board, *extras[1:], *progress])
+                                        *before, board, *after, *progress])
         except TrainingDiverged as err:
             raise diverged(err, out, history, best) from err
         logs = {k: float(v[-1]) for k, v in hist.history.items()}
@@ -224,7 +232,8 @@ def _train(config, out, run_dir, corpus, optimal, trigger, verbose, state, rewri
                 model.save(out / "best.keras")
         checkpoint.save_checkpoint(out, model, {
             "epoch": epoch + 1, "history": history, "best": best, "fingerprint": print_,
-            "trigger": None if trigger is None else trigger.get_state()})
+            "trigger": None if trigger is None else trigger.get_state(),
+            "lr_schedule": None if schedule is None else schedule.get_state()})
         run_dir.keep()
         if verbose == 2:
             print(epoch_line(logs, epochs), flush=True)

@@ -18,6 +18,9 @@ quettabit/awd-lstm-lmkit 6510d06 (`utils/cli_parser.py`, `base_models/args/dai.p
 batch 1 (`eval_batch_size = 10`, `test_batch_size = 1`), scale the learning rate by
 seq_len / bptt, clip, and switch to `torch.optim.ASGD(t0=0, lambd=0)` on the non-monotonic
 rule; MoS and DOC cap the window at bptt + max_seq_len_delta, salesforce does not cap it.
+Only salesforce's main.py has `--optimizer` (sgd: SGD, then ASGD on the non-monotonic rule;
+adam: Adam, never averaged) and `--when` (nargs="+", default [-1] = never: the learning rate
+divided by 10 after each listed epoch; our `training.when`, `tflm.step_decay`).
 """
 
 import shlex
@@ -28,6 +31,8 @@ _AWD = {"emsize": 400, "nhid": 1150, "nlayers": 3, "lr": 30.0, "clip": 0.25, "ep
         "batch_size": 80, "bptt": 70, "dropout": 0.4, "dropouth": 0.3, "dropouti": 0.65,
         "dropoute": 0.1, "wdrop": 0.5, "seed": 1111, "nonmono": 5, "alpha": 2.0, "beta": 1.0,
         "wdecay": 1.2e-6}
+# salesforce main.py only (the other references have neither flag).
+_SALESFORCE = dict(_AWD, optimizer="sgd", when=[-1])
 _MOS = dict(_AWD, batch_size=20, nhidlast=-1, dropoutl=-0.2, n_experts=10,
             max_seq_len_delta=40)
 _DOC = dict(_MOS, var=0.0, num4embed=0, num4first=0, num4second=0)
@@ -38,11 +43,11 @@ _DOC = dict(_MOS, var=0.0, num4embed=0, num4first=0, num4second=0)
 _ADVSOFT = {"switch": 180, "epsilon": 0.005, "gaussian": 0.15}
 
 REFERENCE_DEFAULTS = {
-    "salesforce/awd-lstm-lm": _AWD,
+    "salesforce/awd-lstm-lm": _SALESFORCE,
     "zihangdai/mos": _MOS,
     "nttcslab-nlp/doc_lm": _DOC,
     "ChengyueGongR/advsoft": dict(_MOS, **_ADVSOFT),
-    "ChengyueGongR/advsoft:awd-lstm-lm": dict(_AWD, **_ADVSOFT),
+    "ChengyueGongR/advsoft:awd-lstm-lm": dict(_SALESFORCE, **_ADVSOFT),
 }
 
 # Flags that change nothing our presets describe: paths, devices, logging, and MoS' gradient
@@ -70,7 +75,8 @@ _THESIS_COMMON = dict(_AWD, epochs=1000, dropoutl=0.29, n_experts=15, switch_epo
 
 def parse_command(command, defaults):
     """The flag values of `command` (a `python main.py --flag value ...` line) over
-    `defaults`, as argparse reads them (unique prefixes allowed). Unknown flags raise."""
+    `defaults`, as argparse reads them (unique prefixes allowed; a flag whose default is a
+    list takes every value up to the next flag, as `nargs="+"`). Unknown flags raise."""
     words = shlex.split(command)
     values = dict(defaults)
     names = list(defaults) + sorted(_IGNORED)
@@ -89,6 +95,15 @@ def parse_command(command, defaults):
         if name in _IGNORED:
             i += 2 if takes_value else 1
             continue
+        if isinstance(defaults[name], list):  # nargs="+": --when 300 400
+            end = next((j for j in range(i + 1, len(words)) if words[j].startswith("--")),
+                       len(words))
+            if end == i + 1:
+                raise ConfigError(f"reference command: --{flag} needs values in {command!r}")
+            kind = type(defaults[name][0])
+            values[name] = [kind(w) for w in words[i + 1:end]]
+            i = end
+            continue
         values[name] = type(defaults[name])(words[i + 1])
         i += 2
     return values
@@ -104,10 +119,16 @@ def _model_and_training(flags, capped):
              "weight_dropout": flags["wdrop"], "alpha": flags["alpha"], "beta": flags["beta"],
              # torch.nn.LSTM / nn.Linear: two trained LSTM biases, PyTorch's initialisation
              "init": "pytorch", "lstm_biases": 2}
+    optimizer = flags.get("optimizer", "sgd")
+    if optimizer not in ("sgd", "adam"):
+        raise ConfigError(f"reference command: --optimizer {optimizer!r} (sgd or adam)")
     training = {"lr": flags["lr"], "clip_norm": flags["clip"], "epochs": flags["epochs"],
                 "batch_size": flags["batch_size"], "bptt": flags["bptt"], "seed": flags["seed"],
                 "weight_decay": flags["wdecay"], "eval_batch_size": 10, "test_batch_size": 1,
-                "optimizer": "asgd",
+                # the reference's sgd is SGD that switches to ASGD: our asgd with a trigger
+                "optimizer": "asgd" if optimizer == "sgd" else "adam",
+                # `if epoch in args.when`: epochs < 1 never occur (the default [-1])
+                "when": sorted({e for e in flags.get("when", [-1]) if e >= 1}),
                 "max_seq_len": flags["bptt"] + flags["max_seq_len_delta"] if capped else None}
     return model, training, latent if latent >= 0 else flags["dropouth"]
 
@@ -127,7 +148,8 @@ def implied_settings(preset):
     flags = parse_command(ref["train"], defaults)
     capped = code not in ("salesforce/awd-lstm-lm", "ChengyueGongR/advsoft:awd-lstm-lm")
     model, training, latent = _model_and_training(flags, capped=capped)
-    training.update(switch="nonmono", nonmono=flags["nonmono"])
+    if training["optimizer"] == "asgd":  # Adam never switches (main.py: `args.optimizer == 'sgd'`)
+        training.update(switch="nonmono", nonmono=flags["nonmono"])
     head = preset["model"].get("head", {}).get("type", "softmax")
     out = {f"model.{k}": v for k, v in model.items()}
     out.update({f"training.{k}": v for k, v in training.items()})
@@ -198,6 +220,8 @@ def preset_value(preset, dotted):
         return training.get("finetune_overrides", {}).get(key, training.get(key))
     if dotted == "model.last_dim":
         return preset["model"].get("last_dim", preset["model"]["embed_dim"])
+    if dotted == "training.when":  # absent or null: no division
+        return training.get("when") or []
     node = preset
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
