@@ -17,6 +17,8 @@ _HEADS = {
     "mixtape": ("MixtapeLayer", {"num_components": 4}),
     "doc": ("DOCLayer", {"num_components_per_layer": [0, 5, 15]}),
     "node": ("NeuralODELogits", {}),
+    "cnf": ("CNFHead", {"base": "softmax"}),
+    "ccnf": ("ConditionalCNFHead", {}),
 }
 
 
@@ -31,7 +33,10 @@ def make_head(spec, embedding=None, vocab_size=None, init=None):
     Names: softmax, mos, moc, gss (defaults c=-1.5, k=2.5, the thesis' PTB choice), ss
     (SigSoftmax = GSS(0, 2)), plif, mixtape, doc (takes every layer's output; default
     components (0, 5, 15) for a 3-layer body), node (NeuralODELogits: an ODE on the
-    logits, Andonov 2019). The head is tied to `embedding` when one is
+    logits, Andonov 2019), cnf (CNFHead: a flow of the output embeddings on a base head,
+    {"type": "cnf", "base": "mos"}; default base softmax), ccnf (ConditionalCNFHead: a
+    context-conditioned flow; {"num_samples": 20} trains it by importance sampling).
+    The head is tied to `embedding` when one is
     given, else untied with `vocab_size`. `init` ("keras" or "pytorch") is the default of
     the heads that have an `init` argument; the spec's own `init` wins.
     """
@@ -49,6 +54,9 @@ def make_head(spec, embedding=None, vocab_size=None, init=None):
     kwargs = dict(defaults, **spec)
     if name == "ss" and (kwargs["c"], kwargs["k"]) != (0.0, 2.0):
         raise ValueError("head 'ss' is GSS(c=0, k=2); use head 'gss' for other (c, k).")
+    if name == "cnf":
+        kwargs["base"] = make_head(kwargs["base"], embedding=embedding,
+                                   vocab_size=vocab_size, init=init)
     cls = getattr(layers, class_name)
     if init is not None and "init" in inspect.signature(cls.__init__).parameters:
         kwargs.setdefault("init", init)

@@ -14,3 +14,5 @@ from tflm.layers.mos import MoCLayer, MoSLayer
 from tflm.layers.mixtape import MixtapeLayer
 from tflm.layers.doc import DOCLayer
 from tflm.layers.neural_ode import NeuralODELogits
+from tflm.layers.cnf import CNFHead
+from tflm.layers.conditional_cnf import ConditionalCNFHead
