@@ -117,3 +117,49 @@ def test_a_preset_on_a_pretrained_base_says_what_to_train_first(tmp_path, capsys
     assert "node_base_awd_lstm_ptb" in err and "--finetune BASE" in err
     assert "--init-from TUNED/best.keras" in err
     assert not (tmp_path / "r").exists()
+
+
+def test_flow_heads_on_trained_models_start_at_their_distribution_and_freeze_the_base():
+    """CNFHead on an MoS model takes the MoS head as its base (frozen with the backbone);
+    both flows start at the base's distribution (W_out = 0)."""
+    xs, _ = _windows(seed=1)
+    mos = _trained_base(head={"type": "mos", "num_experts": 2})
+    cnf = AWDLSTM(40, head={"type": "cnf", "base": {"type": "mos", "num_experts": 2}},
+                  freeze_base=True, **KW)
+    cnf.build()
+    fresh = transfer_weights(mos, cnf)
+    assert sorted(p.split("/")[-1] for p in fresh) == ["b_in", "b_out", "nfe",
+                                                        "seed_generator_state", "w_out",
+                                                        "w_t", "w_z"]
+    np.testing.assert_allclose(np.asarray(cnf(xs[:4])), np.asarray(mos(xs[:4])), atol=1e-6)
+    assert sorted(v.path.split("/")[-1] for v in cnf.trainable_variables) == [
+        "b_in", "b_out", "w_out", "w_t", "w_z"]
+    soft = _trained_base()
+    ccnf = AWDLSTM(40, head={"type": "ccnf", "num_samples": 5}, **KW)
+    ccnf.build()
+    transfer_weights(soft, ccnf)
+    np.testing.assert_allclose(np.asarray(ccnf(xs[:4])), np.asarray(soft(xs[:4])), atol=1e-6)
+
+
+def test_zoo_train_sampled_conditional_flow_on_a_trained_run(tiny_run, tmp_path):
+    """`--init-from` a softmax run onto the conditional flow trained by importance sampling
+    (k = 5): the proposal is the training split's unigram distribution, saved with the model,
+    and evaluation (full partition function) improves on the base."""
+    run = tmp_path / "base"
+    shutil.copytree(tiny_run, run)
+    out = tmp_path / "ccnf"
+    code = train.main(["--epochs", "1", "--seed", "3", "--out", str(out), "--init-from",
+                       str(run / "best.keras"), *TINY_RUN_FLAGS, "--set",
+                       'model.head={"type": "ccnf", "num_samples": 5, "trace": "exact"}',
+                       "--set", "model.freeze_base=true", "--set", "training.lr=0.5"])
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    base = json.loads((run / "metrics.json").read_text())
+    assert metrics["test_perplexity"] < base["test_perplexity"]
+    model = keras.saving.load_model(out / "final.keras")
+    from zoo.saved_run import open_run
+    corpus = open_run(str(run)).corpus
+    counts = np.bincount(np.asarray(corpus.train), minlength=40).astype("float64")
+    counts[counts == 0] = counts[counts > 0].min()
+    np.testing.assert_allclose(model.head.sampler.proposal(), counts / counts.sum(),
+                               rtol=1e-5)

@@ -44,8 +44,8 @@ class AWDLSTM(LanguageModel):
         alpha, beta: AR and TAR coefficients (2.0, 1.0).
         freeze_base: train the head's own weights only (a NeuralODE or flow head put on a
             pre-trained model, the "freeze" rows of Andonov 2019 Tables 7.3-7.10): the
-            backbone, with the tied embedding and output bias, is not trainable. Needs
-            tied weights. Default False.
+            backbone, with the tied embedding and output bias, and a flow's base head
+            (`CNFHead.base`: MoS, DOC) are not trainable. Needs tied weights. Default False.
         head: a head name, a dict {"type": name, ...} or a head layer. Default "softmax".
         bptt, clip_norm, weight_decay, scale_by_window, carry_state, flooding_level: see
             `tflm.LanguageModel`.
@@ -121,6 +121,8 @@ class AWDLSTM(LanguageModel):
         self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
         if self.freeze_base:
             self.backbone.trainable = False  # with it the tied embedding the head uses
+            if getattr(self.head, "base", None) is not None:
+                self.head.base.trainable = False  # a flow's base head (MoS, DOC) is "base" too
             if not self.head.trainable_variables:
                 raise ValueError(f"freeze_base=True leaves nothing to train: the "
                                  f"{type(self.head).__name__} head has no weights of its own.")

@@ -51,6 +51,16 @@ def check_init_model(path, model, vocabulary):
               f"{type(model.head).__name__}; at their initialisation: {', '.join(fresh)}")
 
 
+def set_sampling_proposal(model, train_ids, vocab_size):
+    """A head trained by importance sampling (`num_samples`) draws its noise words from the
+    training split's unigram distribution, as the reference CNF code (Andonov 2019 §6.6.3).
+    The proposal is saved with the model, so a resumed run keeps it."""
+    import numpy as np
+    sampler = getattr(model.head, "sampler", None)
+    if sampler is not None:
+        sampler.set_proposal(np.bincount(np.asarray(train_ids), minlength=vocab_size))
+
+
 def load_for_finetune(model, run_dir, vocabulary):
     """Start from RUN_DIR's averaged best model and restart averaging from it."""
     from tflm.optimizers import find_averaged_optimizer, start_finetune
@@ -172,6 +182,7 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
             model = build_model(config, len(vocabulary))
             model.compile(optimizer=make_optimizer(training))
             model.build((None, None))
+            set_sampling_proposal(model, corpus.train, len(vocabulary))
             state = {"epoch": 0, "history": [], "best": None, "fingerprint": print_}
             if init_from:
                 check_init_model(init_from, model, vocabulary)

@@ -6,7 +6,9 @@ layer starts at its initialisation, and the "freeze" rows of Tables 7.3-7.10 tra
 new layer. Here:
 
 - `transfer_weights(src, model)`: the backbone whole (same architecture, else an error);
-  the head whole when both heads are of one class, else every head variable of the source
+  the head whole when both heads are of one class, into the new head's `base` when the new
+  head is a flow on a base head of the source's class (`tflm.layers.CNFHead` on MoS or
+  DOC), else every head variable of the source
   by its name inside the head (the vocabulary projection `kernel` / `bias` of an untied
   head), which the new head must hold with the same shape. The source's head may not lose a
   variable; the new head's other variables keep their initialisation and are listed.
@@ -46,6 +48,11 @@ def transfer_weights(src, model, source_name="the source model"):
     if type(src.head) is type(model.head):
         model.head.set_weights(src.head.get_weights())
         return []
+    base = getattr(model.head, "base", None)  # a flow on a base head (CNFHead)
+    if base is not None and type(base) is type(src.head):
+        base.set_weights(src.head.get_weights())
+        kept = {id(v) for v in base.variables}
+        return sorted(v.path for v in model.head.variables if id(v) not in kept)
     dst = {_relative_name(v, model.head): v for v in model.head.variables}
     missing = []
     for v in src.head.variables:
