@@ -249,3 +249,26 @@ def test_flow_heads_fit_and_reload(backend):
         assert all(np.isfinite(r["loss"])) and all(np.isfinite(r["val"])), (name, r)
         assert r["val"][-1] < 30 and r["w_out"] > 0 and r["reload"] < 1e-5, (name, r)
         assert min(r["nfe"]) >= 8 and min(r["val_nfe"]) >= 8, (name, r)
+
+
+def test_presets_of_every_published_flow_row():
+    """Tables 7.4-7.7 and 7.10 of the thesis: one preset per row, each on its base preset,
+    with the published figures (spot checks of the rows the thesis highlights)."""
+    from zoo.presets import list_presets, load_preset
+    counts = {}
+    for name in list_presets():
+        table = load_preset(name).get("reproduces", "")
+        for t in ("7.4", "7.5", "7.6", "7.7", "7.10"):
+            if f"Table {t} row" in table:
+                counts[t] = counts.get(t, 0) + 1
+                assert load_preset(name)["base"]["preset"] in list_presets(), name
+    assert counts == {"7.4": 8, "7.5": 8, "7.6": 10, "7.7": 8, "7.10": 5}
+    best_mos = load_preset("cnf_mos_ptb_pre_frozen_lr01")
+    assert (best_mos["published"]["valid"], best_mos["published"]["test"]) == (56.50, 54.42)
+    assert best_mos["model"]["head"]["base"]["type"] == "mos" and best_mos["model"]["freeze_base"]
+    ccnf = load_preset("ccnf_ptb_raw_full_lr001")
+    assert ccnf["model"]["head"]["num_samples"] == 20
+    assert ccnf["corpus"]["max_test_tokens"] == 401 and ccnf["published"]["test"] == 51.09
+    char = load_preset("ccnf_ptb_char_full_lr00001")
+    assert char["published"]["test_bpc"] == 1.182 and "num_samples" not in char["model"]["head"]
+    assert char["training"]["optimizer"] == "adam" and char["training"]["lr"] == 1e-4

@@ -133,6 +133,18 @@ def _model_and_training(flags, capped):
     return model, training, latent if latent >= 0 else flags["dropouth"]
 
 
+def _head_family(preset):
+    """(the head type the reference's flags describe, the preset field holding its options):
+    a flow on a base head (`cnf`, Andonov 2019 Tables 7.5 / 7.6) trains with its base's
+    command, whose MoS / DOC flags describe `model.head.base`."""
+    spec = preset["model"].get("head", {})
+    if spec.get("type") == "cnf":
+        base = spec.get("base", "softmax")
+        return (base if isinstance(base, str) else base.get("type", "softmax"),
+                "model.head.base")
+    return spec.get("type", "softmax"), "model.head"
+
+
 def implied_settings(preset):
     """{dotted preset field: value} that the preset's reference sets; {} without one."""
     ref = preset.get("reference")
@@ -150,7 +162,7 @@ def implied_settings(preset):
     model, training, latent = _model_and_training(flags, capped=capped)
     if training["optimizer"] == "asgd":  # Adam never switches (main.py: `args.optimizer == 'sgd'`)
         training.update(switch="nonmono", nonmono=flags["nonmono"])
-    head = preset["model"].get("head", {}).get("type", "softmax")
+    head, prefix = _head_family(preset)
     out = {f"model.{k}": v for k, v in model.items()}
     out.update({f"training.{k}": v for k, v in training.items()})
     if code.startswith("ChengyueGongR/advsoft"):  # ASGD from epoch --switch, AdvSoft, noise
@@ -158,15 +170,15 @@ def implied_settings(preset):
                     "model.head.adversarial_alpha": flags["epsilon"],
                     "model.embedding_noise": flags["gaussian"]})
     if head in ("mos", "moc"):
-        out.update({"model.head.num_experts": flags["n_experts"],
-                    "model.head.latent_dropout": latent})
+        out.update({f"{prefix}.num_experts": flags["n_experts"],
+                    f"{prefix}.latent_dropout": latent})
     if head == "doc":
         if flags["num4embed"]:
             raise ConfigError("DOC components from the embedding (--num4embed) are not built")
-        out.update({"model.head.num_components_per_layer":
+        out.update({f"{prefix}.num_components_per_layer":
                     [flags["num4first"], flags["num4second"], flags["n_experts"]],
-                    "model.head.latent_dropout": latent,
-                    "model.head.cv_regularization": flags["var"]})
+                    f"{prefix}.latent_dropout": latent,
+                    f"{prefix}.cv_regularization": flags["var"]})
     if "evaluate" in ref:  # DOC's published figures: cal_ppl.py, batch 1 for both splits
         bptt = parse_command(ref["evaluate"], {"bptt": 5000})["bptt"]
         out.update({"training.final_evaluation": {"valid_batch_size": 1, "test_batch_size": 1,
