@@ -63,11 +63,22 @@ def test_training_and_evaluation_report_bits_per_character(ptb_dir, tmp_path, ca
                        "--set", "corpus.max_test_tokens=800", "--set", "model.hidden_dim=16",
                        "--set", "model.embed_dim=8", "--set", "training.bptt=20",
                        "--batch-size", "8", "--quiet"]) == 0
-    assert "test bpc" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "test bpc" in printed and "valid bpc" in printed.splitlines()[0]
     metrics = json.loads((out / "metrics.json").read_text())
     for split in ("valid", "test"):
         assert metrics[f"{split}_bpc"] == pytest.approx(
             math.log2(metrics[f"{split}_perplexity"]))
+    epoch = metrics["history"][0]  # the training logs: NLL / ln 2, in TensorBoard too
+    assert epoch["bpc"] == pytest.approx(epoch["nll"] / math.log(2))
+    assert epoch["val_bpc"] == pytest.approx(math.log2(epoch["val_perplexity"]), rel=1e-5)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    tags = set()
+    for folder in ("train", "validation"):
+        events = EventAccumulator(str(out / "logs" / folder))
+        events.Reload()
+        tags |= set(events.Tags()["scalars"]) | set(events.Tags()["tensors"])
+    assert "epoch_bpc" in tags
     assert evaluate.main([str(out), "--quiet", "--json", str(tmp_path / "e.json")]) == 0
     assert capsys.readouterr().out.startswith("test bpc ")
     result = json.loads((tmp_path / "e.json").read_text())

@@ -98,9 +98,10 @@ def fixed_contexts(ids, count=3, length=20):
 def epoch_line(logs, epochs):
     """The one line `--quiet` prints per epoch: epoch, train loss and perplexity, validation
     perplexity, seconds (and "averaging" once averaged SGD has switched)."""
+    bpc = f"valid bpc {logs['val_bpc']:.3f}  " if "val_bpc" in logs else ""
     line = (f"epoch {logs['epoch']}/{epochs}  loss {logs.get('loss', math.nan):.4f}  "
             f"ppl {logs.get('perplexity', math.nan):.2f}  valid ppl "
-            f"{logs.get('val_perplexity', math.nan):.2f}  "
+            f"{logs.get('val_perplexity', math.nan):.2f}  {bpc}"
             f"{logs.get('epoch_seconds', math.nan):.1f}s")
     return line + ("  averaging" if logs.get("averaging") else "")
 
@@ -161,7 +162,8 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     import keras
 
     from tflm import data, distribute
-    from tflm.callbacks import EpochProgbar, StopOnNaN, TrainingDiverged, WordsPerSecond
+    from tflm.callbacks import (BitsPerCharacter, EpochProgbar, StopOnNaN, TrainingDiverged,
+                                WordsPerSecond)
     from tflm.optimizers import averaged_weights
     from tflm.tensorboard import EmbeddingProjector, TopPredictionsText
     from zoo.saving import load_model
@@ -213,6 +215,8 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     # The trigger first (an EpochTrigger starts averaging at epoch begin), then the schedule
     # (which divides only while not averaging), both before TensorBoard.
     before = [c for c in (trigger, schedule) if c is not None]
+    if getattr(corpus, "level", "word") == "char":  # bpc / val_bpc in the logs, TensorBoard
+        before.append(BitsPerCharacter())
     after = [EmbeddingProjector(out / "logs", vocabulary),
              TopPredictionsText(out / "logs", fixed_contexts(corpus.valid), vocabulary)]
     progress = [EpochProgbar(epochs)] if verbose == 1 else []
