@@ -6,8 +6,9 @@ from zoo.errors import ConfigError, UserError
 def load_data(corpus_cfg, data_dir=None):
     """(Corpus, optimal perplexity or None) for the `corpus` part of a configuration.
 
-    `{"name": "synthetic", "kind": "markov" | "mixture", ...}` makes the language
-    (`tflm.data.synthetic`; its keyword arguments, plus `train_tokens` / `valid_tokens` /
+    `{"name": "synthetic", "kind": "markov" | "mixture" | "zipf", ...}` makes the language
+    (`tflm.data.synthetic`, `tflm.data.zipf` for a large-vocabulary stand-in; its keyword
+    arguments, plus `train_tokens` / `valid_tokens` /
     `test_tokens`) and reports its optimal perplexity. Any other name is `ptb`,
     `wikitext-2` or a directory (`tflm.data.load_corpus`, looked up in `data_dir`);
     `max_train_tokens` / `max_valid_tokens` / `max_test_tokens` keep only the first tokens
@@ -22,9 +23,11 @@ def load_data(corpus_cfg, data_dir=None):
     if name == "synthetic":
         kind = cfg.pop("kind", "markov")
         makers = {"markov": data.synthetic.markov_language,
-                  "mixture": data.synthetic.mixture_markov_language}
+                  "mixture": data.synthetic.mixture_markov_language,
+                  "zipf": data.zipf_language}
         if kind not in makers:
-            raise ConfigError(f"unknown synthetic corpus kind {kind!r}; use markov or mixture.")
+            raise ConfigError(f"unknown synthetic corpus kind {kind!r}; use markov, mixture or "
+                              "zipf.")
         sizes = {k: cfg.pop(k) for k in ("train_tokens", "valid_tokens", "test_tokens")
                  if k in cfg}
         try:

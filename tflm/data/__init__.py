@@ -9,7 +9,7 @@ Example:
 >>> ds = data.lm_dataset(ptb.train, 20, 70, train=True, seed=141, epoch=None)  # doctest: +SKIP
 """
 
-from tflm.data import download, synthetic  # noqa: F401
+from tflm.data import download, synthetic, zipf  # noqa: F401
 from tflm.data.batching import (  # noqa: F401
     PAD_ID,
     batchify,
@@ -47,3 +47,4 @@ __all__ = [
     "PAD_ID", "default_pad_to_multiple", "pad_window", "pad_window_tensors", "padded_length",
     "MarkovLanguage", "markov_language", "synthetic", "download",
 ]
+from tflm.data.zipf import ZipfLanguage, zipf_language  # noqa: F401
