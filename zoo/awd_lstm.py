@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from tflm.language_model import LanguageModel
+from tflm.layers.head import head_from_config
 from tflm.padding import masked_mean
 from zoo.backbone import AWDLSTMBackbone
 from zoo.heads import make_head
@@ -99,14 +100,7 @@ class AWDLSTM(LanguageModel):
         if isinstance(head, keras.layers.Layer):
             return head
         if isinstance(head, dict) and "registered_name" in head:  # from get_config
-            cls = keras.saving.get_registered_object(head["registered_name"])
-            if cls is None:
-                raise ValueError(f"Unknown head class {head['registered_name']!r}; import "
-                                 "the module that defines it before loading the model.")
-            config = dict(head["config"], embedding=embedding)
-            if embedding is not None:
-                config.pop("vocab_size", None)
-            return cls.from_config(config)
+            return head_from_config(head, embedding)
         return make_head(head, embedding=embedding, vocab_size=self.vocab_size,
                          init=self.backbone.init)
 

@@ -205,16 +205,7 @@ class MarkovLanguage:
         Returns:
             A `Corpus` named `self.name`.
         """
-        sizes = [train_tokens, valid_tokens, test_tokens]
-        if any(int(n) < 2 for n in sizes):
-            raise ValueError(f"Each split needs at least 2 tokens, got {sizes}.")
-        ids = self.sample(sum(int(n) for n in sizes), seed=seed)
-        ends = np.cumsum(sizes)
-        corpus = Corpus(self.vocabulary(), train=ids[:ends[0]], valid=ids[ends[0]:ends[1]],
-                        test=ids[ends[1]:], name=self.name)
-        corpus.optimal_perplexity = self.optimal_perplexity
-        corpus.language = self
-        return corpus
+        return corpus_of_one_sample(self, (train_tokens, valid_tokens, test_tokens), seed)
 
     def write(self, directory, train_tokens=1_000_000, valid_tokens=100_000,
               test_tokens=100_000, seed=0, line_length=20):
@@ -251,6 +242,21 @@ class MarkovLanguage:
                 "optimal_perplexity": self.optimal_perplexity}
         (directory / "language.json").write_text(json.dumps(meta, indent=2) + "\n")
         return directory
+
+
+def corpus_of_one_sample(language, sizes, seed):
+    """A `Corpus` of one sample of `language` (its `sample`, `vocabulary`, `name` and
+    `optimal_perplexity`) of length sum(sizes), cut into train, valid and test."""
+    sizes = [int(n) for n in sizes]
+    if any(n < 2 for n in sizes):
+        raise ValueError(f"Each split needs at least 2 tokens, got {sizes}.")
+    ids = language.sample(sum(sizes), seed=seed)
+    ends = np.cumsum(sizes)
+    corpus = Corpus(language.vocabulary(), train=ids[:ends[0]], valid=ids[ends[0]:ends[1]],
+                    test=ids[ends[1]:], name=language.name)
+    corpus.optimal_perplexity = language.optimal_perplexity
+    corpus.language = language
+    return corpus
 
 
 def _stationary(transition, tol=1e-14, max_iter=100_000):

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from tflm.data.corpus import Corpus
+from tflm.data.synthetic import corpus_of_one_sample
 from tflm.data.vocabulary import Vocabulary
 
 
@@ -58,16 +58,8 @@ class ZipfLanguage:
                   seed=None):
         """A `Corpus` of one sample cut into train, valid and test (as
         `MarkovLanguage.to_corpus`), carrying `optimal_perplexity`."""
-        sizes = [int(train_tokens), int(valid_tokens), int(test_tokens)]
-        if any(n < 2 for n in sizes):
-            raise ValueError(f"Each split needs at least 2 tokens, got {sizes}.")
-        ids = self.sample(sum(sizes), seed=self.seed if seed is None else seed)
-        ends = np.cumsum(sizes)
-        corpus = Corpus(self.vocabulary(), train=ids[:ends[0]], valid=ids[ends[0]:ends[1]],
-                        test=ids[ends[1]:], name=self.name)
-        corpus.optimal_perplexity = self.optimal_perplexity
-        corpus.language = self
-        return corpus
+        return corpus_of_one_sample(self, (train_tokens, valid_tokens, test_tokens),
+                                    self.seed if seed is None else seed)
 
 
 def zipf_language(vocab_size=100_000, exponent=1.0, seed=0):

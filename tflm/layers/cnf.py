@@ -6,7 +6,7 @@ from keras import ops
 from tflm import compat, ode
 from tflm.layers import flow_field
 from tflm.layers.dropout import per_stream_normal
-from tflm.layers.head import LogProbHead
+from tflm.layers.head import LogProbHead, head_from_config
 
 
 def deserialize_base(base, embedding, vocab_size):
@@ -17,16 +17,7 @@ def deserialize_base(base, embedding, vocab_size):
     if not isinstance(base, dict) or "registered_name" not in base:
         raise TypeError("CNFHead: `base` must be a tflm output head (a LogProbHead layer, "
                         f"e.g. SoftmaxLayer(embedding=emb)); got {type(base).__name__}.")
-    cls = keras.saving.get_registered_object(base["registered_name"])
-    if cls is None:
-        raise ValueError(f"CNFHead: unknown base head class {base['registered_name']!r}; "
-                         "import the module that defines it before loading the model.")
-    config = dict(base["config"], embedding=embedding)
-    if embedding is not None:
-        config.pop("vocab_size", None)
-    else:
-        config["vocab_size"] = vocab_size
-    return cls.from_config(config)
+    return head_from_config(base, embedding, vocab_size)
 
 
 class FlowHead(LogProbHead):

@@ -18,6 +18,22 @@ def tanh_components(x, kernel, bias, num_components, units):
     return ops.reshape(ops.tanh(z), tuple(ops.shape(x)[:-1]) + (num_components, units))
 
 
+def head_from_config(serialized, embedding=None, vocab_size=None):
+    """A head from its serialized form (`keras.saving.serialize_keras_object`, saved
+    without its tied embedding), tied to `embedding` (or untied with `vocab_size` when
+    `embedding` is None): how a model and a flow head rebuild the heads they hold."""
+    cls = keras.saving.get_registered_object(serialized["registered_name"])
+    if cls is None:
+        raise ValueError(f"Unknown head class {serialized['registered_name']!r}; import the "
+                         "module that defines it before loading the model.")
+    config = dict(serialized["config"], embedding=embedding)
+    if embedding is not None:
+        config.pop("vocab_size", None)
+    elif vocab_size is not None:
+        config["vocab_size"] = vocab_size
+    return cls.from_config(config)
+
+
 class LogProbHead(keras.layers.Layer):
     """Base class of every output head (docs/design.md, contracts 1 and 2).
 
