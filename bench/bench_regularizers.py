@@ -13,6 +13,11 @@ changing only the regularizer:
     spectrum         + spectrum control (SpectralEmbedding defaults)
     partial_shuffle  + partial shuffle of the training streams every epoch
 
+`--spectrum LABEL OPTIONS` (repeatable) adds a configuration "spectrum LABEL": spectrum
+control with the `tflm.layers.SpectralEmbedding` options of the JSON dict OPTIONS (the
+sweep behind its defaults). They run after the configurations `--only` names (all of
+them without `--only`; `--only` with no name: the `--spectrum` ones alone).
+
 It reports validation perplexity per epoch and the test perplexity of the best epoch
 (batch 10, bptt 70), and the spectrum of the trained embedding E (`tools.embeddings`): the
 largest singular value, s_100 / s_1, the number of components for 95 % of the variance, and
@@ -20,6 +25,8 @@ the mean pairwise cosine of the rows; a plot of the normalized spectra
 (bench/regularizers_spectra.png). Appends the table to bench/RESULTS_regularizers.md.
 
     python bench/bench_regularizers.py [--epochs 3] [--train-tokens 200000] [--only NAME ...]
+    python bench/bench_regularizers.py --only baseline \
+        --spectrum default '{}' --spectrum weak '{"decay_strength": 0.001}'
 """
 
 import argparse
@@ -95,16 +102,30 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--train-tokens", type=int, default=200_000)
     parser.add_argument("--only", nargs="*", choices=list(CONFIGS))
+    parser.add_argument("--spectrum", nargs=2, action="append", default=[],
+                        metavar=("LABEL", "OPTIONS"),
+                        help="a spectrum-control configuration: a label and a JSON dict of "
+                             "SpectralEmbedding options (repeatable)")
     parser.add_argument("--out", default=None, help="keep the run directories here")
+    parser.add_argument("--plot", default=str(REPO / "bench" / "regularizers_spectra.png"),
+                        help="where the spectra plot goes")
     args = parser.parse_args(argv)
     from zoo import train
 
+    configs = dict(CONFIGS)
+    for label, options in args.spectrum:
+        if not isinstance(json.loads(options), dict):
+            parser.error(f"--spectrum {label}: OPTIONS must be a JSON dict; got {options!r}")
+        configs[f"spectrum {label}"] = CONFIGS["spectrum"][:2] + [
+            f"model.spectrum_control={options}"]
+    names = list(args.only if args.only is not None else CONFIGS)
+    names += [f"spectrum {label}" for label, _ in args.spectrum]
     root = pathlib.Path(args.out or tempfile.mkdtemp(prefix="regularizers-"))
     rows, spectra = [], {}
-    for name in args.only or CONFIGS:
-        out = root / name.replace("+", "_")
+    for name in names:
+        out = root / name.replace("+", "_").replace(" ", "_")
         flags = common_flags(args.epochs, args.train_tokens) + ["--out", str(out)]
-        for s in CONFIGS[name]:
+        for s in configs[name]:
             flags += ["--set", s]
         start = time.time()
         if train.main(flags) != 0:
@@ -115,12 +136,19 @@ def main(argv=None):
         rows.append((name, [h["val_perplexity"] for h in metrics["history"]],
                      metrics["test_perplexity"], figures, time.time() - start))
         print(name, rows[-1], flush=True)
-    plot(spectra, REPO / "bench" / "regularizers_spectra.png")
-    lines = [f"## Regularizers, shortened PTB runs ({time.strftime('%Y-%m-%d')})", "",
-             f"Machine: {machine_line()}. `python bench/bench_regularizers.py --epochs "
-             f"{args.epochs} --train-tokens {args.train_tokens}`: awd_lstm_advsoft_ptb at "
-             "embedding 200 / hidden 400, SGD lr 30, seed 141; test at batch 10. Spectrum "
-             "plot: bench/regularizers_spectra.png.", "",
+    plot(spectra, args.plot)
+    command = f"--epochs {args.epochs} --train-tokens {args.train_tokens}"
+    if args.only is not None:
+        command += " --only" + "".join(f" {n}" for n in args.only)
+    command += "".join(f" --spectrum {label} '{options}'" for label, options in args.spectrum)
+    plot_name = pathlib.Path(args.plot).resolve()
+    plot_name = (plot_name.relative_to(REPO) if plot_name.is_relative_to(REPO)
+                 else plot_name)
+    title = "Spectrum-control sweep" if args.spectrum else "Regularizers"
+    lines = [f"## {title}, shortened PTB runs ({time.strftime('%Y-%m-%d')})", "",
+             f"Machine: {machine_line()}. `python bench/bench_regularizers.py {command}`: "
+             "awd_lstm_advsoft_ptb at embedding 200 / hidden 400, SGD lr 30, seed 141; test "
+             f"at batch 10. Spectrum plot: {plot_name}.", "",
              "| configuration | valid ppl per epoch | test ppl | s_1 | s_100 / s_1 | PCs for 95 % "
              "| mean cos(e_i, e_j) | minutes |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, valid, test, f, seconds in rows:

@@ -66,30 +66,41 @@ class OrthogonalityRegularizer(keras.regularizers.Regularizer):
     `(V, d)`, and V, `(d, d)`; thesis eq. 3.19 with lambda_1..4). The spectral norm of the
     symmetric `(d, d)` matrix comes from its singular values (`ops.norm(ord=2)`).
 
+    With `scale` c the weight x holds c W and the penalty is that of W = x / c (with
+    x^T x / c^2 - I): `tflm.layers.SpectralEmbedding` stores its factors scaled so that SGD
+    steps E as far as it steps a plain embedding.
+
     Args:
         frobenius: weight of the squared Frobenius norm (0.01: lmkit's `u_fn` / `v_fn`).
         spectral: weight of the squared spectral norm (0.01: lmkit's `u_sn` / `v_sn`; 0
             skips the d x d SVD).
+        scale: c > 0, the factor the weight holds W times. Default 1.0.
 
     Reference: Wang et al. 2020 (ICLR), "Improving Neural Language Generation with Spectrum
     Control"; thesis 000 §3.2.2, eq. 3.19.
     """
 
-    def __init__(self, frobenius=0.01, spectral=0.01):
+    def __init__(self, frobenius=0.01, spectral=0.01, scale=1.0):
         self.frobenius = _non_negative("frobenius", frobenius)
         self.spectral = _non_negative("spectral", spectral)
+        self.scale = float(scale)
+        if not self.scale > 0.0:
+            raise ValueError(f"scale must be > 0; got scale={scale!r}.")
 
     def __call__(self, x):
         x = ops.cast(x, "float32")
         d = ops.shape(x)[-1]
-        gram = ops.matmul(ops.transpose(x), x) - ops.eye(d, dtype="float32")
+        gram = ops.matmul(ops.transpose(x), x)
+        if self.scale != 1.0:
+            gram = gram / (self.scale * self.scale)
+        gram = gram - ops.eye(d, dtype="float32")
         penalty = self.frobenius * ops.sum(ops.square(gram))
         if self.spectral:
             penalty = penalty + self.spectral * ops.square(ops.norm(gram, ord=2))
         return penalty
 
     def get_config(self):
-        return {"frobenius": self.frobenius, "spectral": self.spectral}
+        return {"frobenius": self.frobenius, "spectral": self.spectral, "scale": self.scale}
 
 
 def decay_target(num_values, kind="exponential", c1=1.0, c2=0.01, gamma=1.0):

@@ -179,5 +179,8 @@ class AWDLSTMBackbone(keras.layers.Layer):
             use_cudnn=self.use_cudnn, seed=self.seed, init=self.init,
             lstm_biases=self.lstm_biases, embedding_noise=self.embedding_noise,
             cosine_regularization=self.cosine_regularization,
-            spectrum_control=self.spectrum_control)
+            # every option resolved (derived constants, factor_scale): a saved model keeps
+            # its penalties and storage when the defaults change
+            spectrum_control=(None if self.spectrum_control is None
+                              else self.embedding.spectrum_options()))
         return config

@@ -24,18 +24,26 @@ def derived_decay_constants(largest, smallest, count, kind="exponential", gamma=
     return float(largest * math.exp(c2)), float(c2)
 
 
+def initial_entry_std(initializer):
+    """The standard deviation of the i.i.d. entries `initializer` draws, or None for an
+    initializer of unknown spread (anything but RandomUniform / RandomNormal /
+    TruncatedNormal)."""
+    config = initializer.get_config() if hasattr(initializer, "get_config") else {}
+    if isinstance(initializer, keras.initializers.RandomUniform):
+        return (config["maxval"] - config["minval"]) / math.sqrt(12.0)
+    if isinstance(initializer, keras.initializers.TruncatedNormal):
+        return config["stddev"] * 0.8796  # the std of N(0, 1) truncated at +-2
+    if isinstance(initializer, keras.initializers.RandomNormal):
+        return config["stddev"]
+    return None
+
+
 def initial_singular_value_range(initializer, rows, cols):
     """(s_max, s_min) of a rows x cols matrix of i.i.d. entries drawn by `initializer`, from
     the Marchenko-Pastur edges sigma (sqrt(rows) +- sqrt(cols)) (rows >= cols), with sigma
     the entries' standard deviation; None for an initializer of unknown spread."""
-    config = initializer.get_config() if hasattr(initializer, "get_config") else {}
-    if isinstance(initializer, keras.initializers.RandomUniform):
-        sigma = (config["maxval"] - config["minval"]) / math.sqrt(12.0)
-    elif isinstance(initializer, keras.initializers.TruncatedNormal):
-        sigma = config["stddev"] * 0.8796  # the std of N(0, 1) truncated at +-2
-    elif isinstance(initializer, keras.initializers.RandomNormal):
-        sigma = config["stddev"]
-    else:
+    sigma = initial_entry_std(initializer)
+    if sigma is None:
         return None
     return (sigma * (math.sqrt(rows) + math.sqrt(cols)),
             sigma * (math.sqrt(rows) - math.sqrt(cols)))
@@ -57,27 +65,43 @@ class SpectralEmbedding(TiedEmbedding):
     distribution of E as `TiedEmbedding`), or of a given matrix with `assign_matrix(E)` /
     `SpectralEmbedding.from_matrix(E)`, which then represent E exactly (to float32 rounding).
 
-    Defaults, since the published constants are unknown (thesis 000 §5.3.2: "not available
-    publicly"): the orthogonality weights are lmkit's (`u_fn = v_fn = u_sn = v_sn = 0.01`);
-    the decay target passes through the largest and smallest singular values of the random
-    initial matrix (`initial_singular_value_range`, the Marchenko-Pastur edges: for the
-    AWD-LSTM PTB initialisation U(-0.1, 0.1), 10,000 x 400, 6.9 and 4.6; then
-    `derived_decay_constants`), i.e. it keeps the slow decay of a well-conditioned random
-    matrix against the fast decay of degenerate trained embeddings; its strength is
-    0.01 per singular value (lmkit's 0.1 weighs a loss of unknown scale; 0.01 keeps the
-    penalty of a spectrum 1 off its target at d = 400 at 4 nats at most, and the shortened
-    runs in bench/RESULTS_regularizers.md show its effect). With an initializer of unknown
-    spread, pass `decay_c1` and `decay_c2`.
+    Storage: the weights `left` and `right` hold c U and c V, c = `factor_scale` (`u` and `v`
+    give U and V). An SGD step on the factors moves E by lr (G V D V^T + U D U^T G + ...)
+    with D = diag(s_k^2 / c^2) (G the gradient in E): stored as plain orthonormal U and V
+    (c = 1) that is s_k^2 ~ 33 times a plain embedding's step at the AWD-LSTM PTB
+    initialisation, and lr 30 diverged within ten steps; with c the rms initial singular
+    value, sigma sqrt(vocab_size) (5.77 for U(-0.1, 0.1) and 10,000 words), D ~ I and
+    clipping and learning rates mean what they mean for `TiedEmbedding`.
+
+    Defaults. The published constants are unknown (thesis 000 §5.3.2: "not available
+    publicly"), so they come from a sweep of three short PTB epochs (100k training tokens,
+    embedding 200, SGD lr 30; bench/RESULTS_regularizers.md, "Spectrum-control sweep"),
+    baseline test perplexity 568.5 with s_100 / s_1 0.150:
+    - orthogonality 1e-4 (Frobenius and spectral): 594.5 (+4.6 %), s_100 / s_1 0.176, the
+      rows' mean cosine 1.6e-3 (baseline 2.8e-3). lmkit's 0.01 (`u_fn`, `u_sn`) keeps the
+      spectrum nearly flat (0.83) but perplexity lags by 30 % (740.2; as we read it, with U
+      and V orthonormal E grows a dominant direction only by rotating U's columns into it
+      and then raising their s_k); 0.001 still costs 33 % (757.2). Raise it for a flatter
+      spectrum at that price.
+    - decay: exponential (the paper's choice for AWD-LSTM) through the largest and smallest
+      singular values of the random initial matrix (`initial_singular_value_range`, the
+      Marchenko-Pastur edges: 6.9 and 4.6 for U(-0.1, 0.1), 10,000 x 400; then
+      `derived_decay_constants`): the slow decay of a well-conditioned random matrix against
+      the fast decay of degenerate trained embeddings. Strength 0.01: with orthogonality
+      0.01, 0.001 / 0.01 / no target gave 741.4 / 740.2 / 730.5 and 0.1 gave 803.8.
+    With an initializer of unknown spread pass `factor_scale`, `decay_c1` and `decay_c2`.
 
     Args:
         vocab_size, embed_dim, embeddings_initializer, use_output_bias: as `TiedEmbedding`.
         orthogonality_frobenius, orthogonality_spectral: lambda of the Frobenius and
-            spectral orthogonality penalties of U and V. Default 0.01 and 0.01.
+            spectral orthogonality penalties of U and V. Default 1e-4 and 1e-4.
         decay: "exponential" (default, the AWD-LSTM choice), "polynomial" or None (no
             singular-value target).
         decay_strength: lambda_e / lambda_p. Default 0.01.
         decay_c1, decay_c2: the target's constants; None derives them (above).
         decay_gamma: the exponent gamma. Default 1.0 (polynomial: pass a negative one).
+        factor_scale: c > 0, the factor `left` and `right` hold U and V times; None: the
+            rms initial singular value (above). 1.0 stores U and V as they are.
 
     Input shape: integer `(batch, time)`. Output shape: `(batch, time, embed_dim)`.
     The `embeddings` property is E, computed (read-only).
@@ -92,9 +116,9 @@ class SpectralEmbedding(TiedEmbedding):
     """
 
     def __init__(self, vocab_size, embed_dim, embeddings_initializer=None,
-                 use_output_bias=True, orthogonality_frobenius=0.01,
-                 orthogonality_spectral=0.01, decay="exponential", decay_strength=0.01,
-                 decay_c1=None, decay_c2=None, decay_gamma=1.0, **kwargs):
+                 use_output_bias=True, orthogonality_frobenius=1e-4,
+                 orthogonality_spectral=1e-4, decay="exponential", decay_strength=0.01,
+                 decay_c1=None, decay_c2=None, decay_gamma=1.0, factor_scale=None, **kwargs):
         kwargs.pop("embeddings_regularizer", None)
         super().__init__(vocab_size, embed_dim, embeddings_initializer=embeddings_initializer,
                          use_output_bias=use_output_bias, **kwargs)
@@ -104,8 +128,21 @@ class SpectralEmbedding(TiedEmbedding):
         if decay not in ("exponential", "polynomial", None):
             raise ValueError(f"decay must be 'exponential', 'polynomial' or None; got "
                              f"decay={decay!r}.")
+        if factor_scale is None:
+            sigma = initial_entry_std(self.embeddings_initializer)
+            if sigma is None:
+                raise ValueError(
+                    "SpectralEmbedding derives factor_scale from a RandomUniform / "
+                    "RandomNormal / TruncatedNormal initializer; with "
+                    f"{type(self.embeddings_initializer).__name__}, pass factor_scale (the "
+                    "rms singular value of the initial matrix) and decay_c1, decay_c2.")
+            factor_scale = sigma * math.sqrt(self.vocab_size)
+        self.factor_scale = float(factor_scale)
+        if not self.factor_scale > 0.0:
+            raise ValueError(f"factor_scale must be > 0; got factor_scale={factor_scale!r}.")
         self.orthogonality = OrthogonalityRegularizer(orthogonality_frobenius,
-                                                      orthogonality_spectral)
+                                                      orthogonality_spectral,
+                                                      scale=self.factor_scale)
         self.decay = decay
         self.decay_strength = float(decay_strength)
         self.decay_gamma = float(decay_gamma)
@@ -142,7 +179,8 @@ class SpectralEmbedding(TiedEmbedding):
                 start = self.embeddings_initializer((self.vocab_size, self.embed_dim),
                                                     "float32")
                 u, s, vt = ops.svd(start, full_matrices=False)
-                values = dict(u=u, s=s, v=ops.transpose(vt))
+                values = dict(u=u * self.factor_scale, s=s,
+                              v=ops.transpose(vt) * self.factor_scale)
                 if backends.current().is_concrete(s):
                     factors.update(values)
                 return ops.cast(values[index], dtype)
@@ -160,13 +198,30 @@ class SpectralEmbedding(TiedEmbedding):
                                                initializer="zeros")
         self.built = True
 
+    def _weighted_values(self, dtype):
+        """s / c^2: E = left diag(s / c^2) right^T, the factors being stored as c U, c V."""
+        return ops.cast(self.singular_values, dtype) / ops.cast(self.factor_scale ** 2, dtype)
+
+    @property
+    def u(self):
+        """U, `(vocab_size, embed_dim)` float32, orthonormal columns at initialization."""
+        if not self.built:
+            self.build()
+        return ops.cast(self.left, "float32") / self.factor_scale
+
+    @property
+    def v(self):
+        """V, `(embed_dim, embed_dim)` float32, orthogonal at initialization."""
+        if not self.built:
+            self.build()
+        return ops.cast(self.right, "float32") / self.factor_scale
+
     @property
     def embeddings(self):
         """E = U diag(s) V^T, `(vocab_size, embed_dim)` float32 (computed)."""
         if not self.built:
             self.build()
-        return ops.matmul(ops.cast(self.left, "float32") * ops.cast(self.singular_values,
-                                                                    "float32"),
+        return ops.matmul(ops.cast(self.left, "float32") * self._weighted_values("float32"),
                           ops.transpose(ops.cast(self.right, "float32")))
 
     def assign_matrix(self, matrix):
@@ -179,9 +234,9 @@ class SpectralEmbedding(TiedEmbedding):
         if not self.built:
             self.build()
         u, s, vt = np.linalg.svd(matrix, full_matrices=False)
-        self.left.assign(u.astype(np.float32))
+        self.left.assign((u * self.factor_scale).astype(np.float32))
         self.singular_values.assign(s.astype(np.float32))
-        self.right.assign(vt.T.astype(np.float32))
+        self.right.assign((vt.T * self.factor_scale).astype(np.float32))
 
     @classmethod
     def from_matrix(cls, matrix, **kwargs):
@@ -194,7 +249,7 @@ class SpectralEmbedding(TiedEmbedding):
 
     def _scaled_rows(self, ids, dtype):
         rows = ops.take(ops.cast(self.left, dtype), ops.cast(ids, "int32"), axis=0)
-        rows = rows * ops.cast(self.singular_values, dtype)
+        rows = rows * self._weighted_values(dtype)
         return ops.matmul(rows, ops.transpose(ops.cast(self.right, dtype)))
 
     def call(self, ids):
@@ -208,8 +263,8 @@ class SpectralEmbedding(TiedEmbedding):
     def reverse(self, h):
         if not self.built:
             self.build()
-        projected = ops.matmul(h, ops.cast(self.right, h.dtype)) * ops.cast(
-            self.singular_values, h.dtype)
+        projected = ops.matmul(h, ops.cast(self.right, h.dtype)) * self._weighted_values(
+            h.dtype)
         logits = ops.matmul(projected, ops.transpose(ops.cast(self.left, h.dtype)))
         if self.output_bias is not None:
             logits = logits + ops.cast(self.output_bias, h.dtype)
@@ -221,7 +276,15 @@ class SpectralEmbedding(TiedEmbedding):
             orthogonality_frobenius=self.orthogonality.frobenius,
             orthogonality_spectral=self.orthogonality.spectral, decay=self.decay,
             decay_strength=self.decay_strength, decay_c1=self.decay_c1,
-            decay_c2=self.decay_c2, decay_gamma=self.decay_gamma)
+            decay_c2=self.decay_c2, decay_gamma=self.decay_gamma,
+            factor_scale=self.factor_scale)
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        # Saved before `factor_scale` existed: the weights hold U and V themselves.
+        config.setdefault("factor_scale", 1.0)
+        return super().from_config(config)
 
     def get_config(self):
         config = super().get_config()
