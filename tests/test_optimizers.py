@@ -264,3 +264,26 @@ def test_clipping_is_torch_clip_grad_norm(norm_scale):
     assert float(norm) == pytest.approx(2 * norm_scale, rel=1e-5)
     for ours, p in zip(clipped, params):
         np.testing.assert_allclose(np.asarray(ours), p.grad.numpy(), rtol=1e-5)
+
+
+def test_clip_norm_of_sparse_gradients_counts_repeated_rows_once_summed():
+    """A gathered variable's gradient is tf.IndexedSlices with a row per lookup (an untied
+    input embedding, a sampled softmax's rows; after a replica all-reduce, one per replica):
+    the norm is the dense gradient's (rows summed per index, as torch's .grad), not the
+    slices' (which undercounts repeated words and made replicated sampled training clip
+    differently from one device)."""
+    torch = pytest.importorskip("torch")
+    from tflm.backends.gradients import clip_and_scale
+    rng = np.random.default_rng(5)
+    values = rng.normal(size=(6, 3)).astype("float32")
+    indices = np.array([2, 0, 2, 2, 4, 0], "int32")
+    sparse = tf.IndexedSlices(tf.constant(values), tf.constant(indices), tf.constant([5, 3]))
+    dense = tf.convert_to_tensor(sparse).numpy()
+    other = rng.normal(size=(4,)).astype("float32")
+    clipped, norm = clip_and_scale([sparse, tf.constant(other)], 0.5, 1.0)
+    params = [torch.nn.Parameter(torch.zeros(dense.shape)), torch.nn.Parameter(torch.zeros(4))]
+    params[0].grad, params[1].grad = torch.as_tensor(dense), torch.as_tensor(other)
+    want = float(torch.nn.utils.clip_grad_norm_(params, 0.5))
+    assert float(norm) == pytest.approx(want, rel=1e-6)
+    np.testing.assert_allclose(tf.convert_to_tensor(clipped[0]).numpy(),
+                               params[0].grad.numpy(), rtol=1e-5)

@@ -69,6 +69,12 @@ class Backend:
     def step_logs(self, model, logs):
         return logs
 
+    def squared_norm(self, gradient):
+        """||g||^2 of one gradient, float32: the sum of squares of its dense form (a
+        backend whose gradients can be sparse sums the repeated rows first)."""
+        from keras import ops
+        return ops.sum(ops.square(ops.cast(gradient, "float32")))
+
     def window_gradients(self, model, tokens, targets, states):
         """`(loss, grads, new_states)` for one window in evaluation mode (no dropout):
         `loss` the mean NLL of `targets` (B, T) given `tokens` (B, T) and the carried

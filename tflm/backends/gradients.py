@@ -40,7 +40,9 @@ def clip_and_scale(grads, clip_norm, scale, variables=None, weight_decay=0.0):
     """Clip `grads` to global norm `clip_norm` (None: no clipping) as
     `torch.nn.utils.clip_grad_norm_` does (factor clip_norm / (norm + 1e-6), at most 1), add
     `weight_decay * variable`, multiply by `scale`. Returns (new grads, norm before clipping)."""
-    squares = [ops.sum(ops.square(ops.cast(g, "float32"))) for g in grads if g is not None]
+    from tflm import backends
+    backend = backends.current()
+    squares = [backend.squared_norm(g) for g in grads if g is not None]
     norm = ops.sqrt(ops.sum(ops.stack(squares)))
     factor = scale
     if clip_norm is not None and clip_norm > 0:

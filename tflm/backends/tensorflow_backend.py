@@ -126,6 +126,19 @@ class TensorFlowBackend(Backend):
     def is_concrete(self, tensor):
         return tf.executing_eagerly()
 
+    def squared_norm(self, gradient):
+        """||g||^2 of a gradient, `tf.IndexedSlices` included: the slices of a gathered
+        variable (an untied input embedding, the rows a sampled softmax scores) repeat a row
+        once per lookup, and after a replica all-reduce once per replica, so the rows are
+        summed per index before squaring (the dense gradient's norm, as
+        `torch.nn.utils.clip_grad_norm_` sees it); squaring the slices' values would
+        undercount every repeated row."""
+        if isinstance(gradient, tf.IndexedSlices):
+            rows, position = tf.unique(gradient.indices)
+            summed = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(rows)[0])
+            return tf.reduce_sum(tf.square(tf.cast(summed, tf.float32)))
+        return super().squared_norm(gradient)
+
     def global_batch_block(self):
         """The replica's block under a `tf.distribute` strategy: Keras splits each global
         batch into contiguous per-replica blocks in replica order (`tflm.distribute`), and
