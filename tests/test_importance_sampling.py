@@ -87,12 +87,12 @@ def test_corrected_sampled_loss_and_gradient_converge_to_the_full_softmax():
     assert errors[8][0] > 5 * errors[4000][0] and errors[8][1] > 5 * errors[4000][1]
 
 
-@pytest.mark.parametrize("tied", [True, False])
-def test_sampled_softmax_head_picks_the_full_logits_and_evaluates_in_full(tied):
+@pytest.mark.parametrize("tied,shared", [(True, True), (False, False)])
+def test_sampled_softmax_head_picks_the_full_logits_and_evaluates_in_full(tied, shared):
     rng = np.random.default_rng(4)
     emb = TiedEmbedding(40, 6) if tied else None
     kw = dict(embedding=emb) if tied else dict(vocab_size=40)
-    head = SoftmaxLayer(num_samples=7, sampling_seed=1, **kw)
+    head = SoftmaxLayer(num_samples=7, sampling_seed=1, shared_samples=shared, **kw)
     plain = SoftmaxLayer(**kw)
     h = rng.normal(size=(2, 5, 6)).astype("float32")
     y = rng.integers(0, 40, (2, 5)).astype("int32")
@@ -154,3 +154,28 @@ def test_sampled_softmax_trains_under_fit_and_reloads(backend):
     assert r["train"][0] < 10 < 25 < r["before"] and r["train"][-1] < r["train"][0]
     assert r["after"] < r["before"]
     assert r["reload"] < 1e-6 and r["q"] < 1e-9
+
+
+def test_shared_samples_score_every_position_against_one_draw():
+    """The default sampled softmax draws k words once per step for the whole batch: its
+    log-probabilities equal log_softmax over [target, shared noise] of l - log Q (NumPy)."""
+    rng = np.random.default_rng(5)
+    counts = rng.integers(1, 50, 30)
+    h = rng.normal(size=(2, 4, 6)).astype("float32")
+    y = rng.integers(0, 30, (2, 4)).astype("int32")
+    twin = CandidateSampler(30, num_samples=9, proposal=counts, seed=11)
+    head = SoftmaxLayer(vocab_size=30, num_samples=9, sampling_seed=11)
+    head(h)
+    head.sampler.set_proposal(counts)
+    noise = ops.convert_to_numpy(twin.shared()[0])  # the same seed: the head's first draw
+    got = ops.convert_to_numpy(head(h, training=True, targets=y))
+    logits = ops.convert_to_numpy(head.project(ops.convert_to_tensor(h)))
+    log_q = np.log(unigram_proposal(counts))
+    cols = np.concatenate([y[..., None], np.broadcast_to(noise, (2, 4, 9))], axis=-1)
+    want = _np_log_softmax(np.take_along_axis(logits, cols, -1) - log_q[cols])
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert head.shared_samples and not SoftmaxLayer(vocab_size=30, num_samples=9,
+                                                    shared_samples=False).shared_samples
+    from tflm.layers import ConditionalCNFHead
+    with pytest.raises(ValueError, match="per position"):
+        ConditionalCNFHead(vocab_size=30, num_samples=5, shared_samples=True)

@@ -30,7 +30,8 @@ def unigram_proposal(counts):
 
 @keras.saving.register_keras_serializable(package="tflm")
 class CandidateSampler(keras.layers.Layer):
-    """Draws, for every position, the target plus `num_samples` noise words from Q.
+    """Draws, for every position, the target plus `num_samples` noise words from Q (or k
+    words shared by the whole batch, `shared()`).
 
         S_{b,t} = (y_{b,t}, w_1, ..., w_k),   w_i ~ Q i.i.d. (with replacement)
 
@@ -54,6 +55,7 @@ class CandidateSampler(keras.layers.Layer):
 
     Call: `sampler(targets)` with int `(batch, time)` targets returns `(ids, log_q)`, int32
     ids `(batch, time, 1 + k)` with the target in column 0 and float32 log Q of each id.
+    `sampler.shared()` draws k words for the whole batch instead (`(k,)` ids and log Q).
 
     Reference: Jozefowicz et al. 2016, "Exploring the Limits of Language Modeling" §3.1;
     Bengio & Senecal 2008; Andonov 2019 (thesis), §6.6.3.
@@ -116,18 +118,36 @@ class CandidateSampler(keras.layers.Layer):
             self.build()
         return np.exp(ops.convert_to_numpy(self.log_proposal).astype("float64"))
 
-    def call(self, targets):
-        targets = ops.cast(targets, "int32")
-        shape = tuple(ops.shape(targets))
-        u = per_stream_uniform(shape + (self.num_samples,), self.seed_generator)
+    def _inverse_cdf(self, u):
+        if not self.built:
+            self.build()
         # keras' searchsorted on TensorFlow takes 1-D values only: flatten, search, restore.
         flat = ops.searchsorted(ops.cast(self.cumulative, "float32"), ops.reshape(u, (-1,)),
                                 side="right")
-        noise = ops.reshape(ops.minimum(ops.cast(flat, "int32"), self.vocab_size - 1),
-                            ops.shape(u))
+        return ops.reshape(ops.minimum(ops.cast(flat, "int32"), self.vocab_size - 1),
+                           ops.shape(u))
+
+    def log_q(self, ids):
+        """log Q of int `ids` (any shape), float32."""
+        return ops.take(ops.cast(self.log_proposal, "float32"), ops.cast(ids, "int32"), axis=0)
+
+    def call(self, targets):
+        targets = ops.cast(targets, "int32")
+        shape = tuple(ops.shape(targets))
+        noise = self._inverse_cdf(per_stream_uniform(shape + (self.num_samples,),
+                                                     self.seed_generator))
         ids = ops.concatenate([ops.expand_dims(targets, -1), noise], axis=-1)
-        log_q = ops.take(ops.cast(self.log_proposal, "float32"), ids, axis=0)
-        return ids, log_q
+        return ids, self.log_q(ids)
+
+    def shared(self):
+        """k noise words for the whole batch (the sampled softmax of Jozefowicz et al. and
+        `tf.nn.sampled_softmax_loss`: every position is scored against the same k words,
+        one (batch, time, d) x (d, k) matmul): `(ids, log_q)`, each `(k,)`. Every replica
+        of a `tf.distribute` strategy draws the same words from its copy of the seed state,
+        the words one device draws."""
+        ids = self._inverse_cdf(keras.random.uniform((self.num_samples,),
+                                                     seed=self.seed_generator))
+        return ids, self.log_q(ids)
 
     def compute_output_shape(self, input_shape):
         shape = tuple(input_shape) + (1 + self.num_samples,)

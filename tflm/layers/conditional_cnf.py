@@ -35,6 +35,7 @@ class ConditionalCNFHead(FlowHead):
         embedding, vocab_size: the vocabulary projection (tied / untied) of l_w and z(t0).
         num_samples: k noise words per position in training; None = full vocabulary.
         sampling_seed: seed of the candidate sampler.
+        shared_samples: must stay False (the default): per-position noise words.
         vocab_chunk: words per solve outside sampled training (None: all at once).
         hidden, trace, eval_trace, noise, method, rtol, atol, step_size, max_steps,
             adjoint, t1, init, seed: as `CNFHead` (in training Hutchinson's trace with
@@ -55,9 +56,13 @@ class ConditionalCNFHead(FlowHead):
     """
 
     supports_sampling = True
+    shares_samples_by_default = False
 
     def __init__(self, embedding=None, vocab_size=None, vocab_chunk=None, **kwargs):
         super().__init__(embedding=embedding, vocab_size=vocab_size, **kwargs)
+        if self.shared_samples:
+            raise ValueError("ConditionalCNFHead draws its k noise words per position (the "
+                             "reference's); shared_samples=True is not implemented for it.")
         if vocab_chunk is not None and (int(vocab_chunk) != vocab_chunk or vocab_chunk < 1):
             raise ValueError(f"ConditionalCNFHead: vocab_chunk must be a positive integer or "
                              f"None; got {vocab_chunk!r}.")

@@ -67,13 +67,18 @@ class LogProbHead(keras.layers.Layer):
         num_samples: k noise words per position for importance-sampled training (None =
             full softmax in training), for heads that support it.
         sampling_seed: seed of the candidate sampler.
+        shared_samples: True: the k noise words are drawn once per step and shared by
+            every position (one matmul; the usual sampled softmax); False: k words per
+            position (the reference CNF code's). None: the head's default
+            (`shares_samples_by_default`).
     """
 
     supports_adversarial = False
     supports_sampling = False
+    shares_samples_by_default = True
 
     def __init__(self, embedding=None, vocab_size=None, adversarial_alpha=0.0,
-                 num_samples=None, sampling_seed=None, **kwargs):
+                 num_samples=None, sampling_seed=None, shared_samples=None, **kwargs):
         super().__init__(**kwargs)
         adversarial_alpha = float(adversarial_alpha)
         if not adversarial_alpha >= 0.0:
@@ -112,6 +117,8 @@ class LogProbHead(keras.layers.Layer):
                              f"{num_samples}) do not combine; choose one.")
         self.num_samples = None if num_samples is None else int(num_samples)
         self.sampling_seed = sampling_seed
+        self.shared_samples = bool(self.shares_samples_by_default if shared_samples is None
+                                   else shared_samples)
         self.sampler = None
         if self.num_samples is not None:
             self.sampler = CandidateSampler(self.vocab_size, self.num_samples,
@@ -154,9 +161,21 @@ class LogProbHead(keras.layers.Layer):
 
     def sampled_log_probs(self, h, targets):
         """Importance-sampled log-probabilities `(batch, time, 1 + k)` of the plain
-        projection (sampled softmax): the sampler's candidates, their logits, log Q."""
-        ids, log_q = self.sampler(targets)
-        return importance_sampled_log_probs(self.candidate_logits(h, ids), log_q)
+        projection (sampled softmax): the target and the sampler's noise words (shared by
+        the batch, or per position), their logits, log Q."""
+        if not self.shared_samples:
+            ids, log_q = self.sampler(targets)
+            return importance_sampled_log_probs(self.candidate_logits(h, ids), log_q)
+        targets = ops.expand_dims(ops.cast(targets, "int32"), -1)
+        noise, noise_log_q = self.sampler.shared()
+        h = ops.cast(h, "float32")
+        noise_logits = (ops.matmul(h, ops.transpose(self.target_vectors(noise)))
+                        + self.bias_of(noise))
+        logits = ops.concatenate([self.candidate_logits(h, targets), noise_logits], axis=-1)
+        log_q = ops.concatenate([self.sampler.log_q(targets),
+                                 ops.broadcast_to(noise_log_q, ops.shape(noise_logits))],
+                                axis=-1)
+        return importance_sampled_log_probs(logits, log_q)
 
     def target_vectors(self, ids):
         """Output embeddings e_w of int `ids`, `ids.shape + (d,)`, float32: rows of the tied
@@ -210,7 +229,8 @@ class LogProbHead(keras.layers.Layer):
         if self.supports_adversarial:
             config["adversarial_alpha"] = self.adversarial_alpha
         if self.supports_sampling:
-            config.update(num_samples=self.num_samples, sampling_seed=self.sampling_seed)
+            config.update(num_samples=self.num_samples, sampling_seed=self.sampling_seed,
+                          shared_samples=self.shared_samples)
         config["embedding"] = (keras.saving.serialize_keras_object(self.embedding)
                                if self.tied else None)
         return config
