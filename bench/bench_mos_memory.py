@@ -18,22 +18,11 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
+from machine import current_rss_mib as _current_mib  # noqa: E402
 from machine import machine_line, publish  # noqa: E402
+from machine import peak_rss_mib as _peak_mib  # noqa: E402
 
 K, V, L, D_IN, T = 15, 10_000, 280, 620, 70
-
-
-def _peak_mib():
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def _current_mib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return float("nan")
 
 
 def child(mixture, mode, batch, repeats):

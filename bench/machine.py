@@ -37,3 +37,18 @@ def publish(table, results_path):
     print(table)
     with open(results_path, "a") as f:
         f.write("\n" + table)
+
+
+def peak_rss_mib():
+    """This process's peak resident memory so far, MiB (Linux ru_maxrss)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def current_rss_mib():
+    """This process's resident memory now, MiB (/proc/self/status VmRSS)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
