@@ -119,8 +119,8 @@ BACKEND_SNIPPET = """
 import json, os, tempfile, numpy as np, keras
 from zoo import AWDLSTM
 v = 30
-rng = np.random.default_rng(0)
-data = rng.integers(0, v, (4, 37)).astype("int32")
+from tflm.data import ZipfLanguage
+data = ZipfLanguage(v, seed=0).sample(4 * 37).reshape(4, 37)  # a learnable unigram
 x = np.stack([data[:, i:i + 6] for i in range(0, 36, 6)])
 y = np.stack([data[:, i + 1:i + 7] for i in range(0, 36, 6)])
 m = AWDLSTM(v, embed_dim=8, hidden_dim=12, num_layers=2, bptt=6, seed=1,
@@ -145,13 +145,14 @@ print("RESULT " + json.dumps({"train": hist["perplexity"], "before": full_before
 
 @pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
 def test_sampled_softmax_trains_under_fit_and_reloads(backend):
-    """Training perplexity is the sampled objective's (over 1 + k = 6 candidates: near 6 at
-    the start, where the full perplexity is near V = 30); the full perplexity falls; .keras
-    keeps the weights and Q."""
+    """Training perplexity is the sampled objective's (over 1 + k = 6 candidates: 6 to 11,
+    where the full perplexity starts near V = 30; it need not fall: once the logits follow
+    log Q, the corrected logits of the candidates are alike); the full perplexity falls;
+    .keras keeps the weights and Q."""
     import json
     out = run_in_backend(backend, BACKEND_SNIPPET)
     r = json.loads([l for l in out.splitlines() if l.startswith("RESULT ")][-1][7:])
-    assert r["train"][0] < 10 < 25 < r["before"] and r["train"][-1] < r["train"][0]
+    assert max(r["train"]) < 0.6 * r["before"] and r["before"] > 25
     assert r["after"] < r["before"]
     assert r["reload"] < 1e-6 and r["q"] < 1e-9
 
