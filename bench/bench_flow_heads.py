@@ -35,7 +35,12 @@ the thesis' 400-token evaluation and of the whole PTB test split (82,430 tokens)
 runs (`python -m zoo.train` directories; their `best.keras`): the saved model is loaded
 afresh for every tolerance and `head.solver["rtol"]`, `["atol"]` set before its first call.
 NFE per window is the mean over the pass's windows (a callback reads `nfe` after each batch).
-Perplexity differences are against the tightest tolerance.
+Perplexity differences are against the tightest tolerance. The dataset is
+`tflm.data.lm_dataset` with tf.data's autotuning switched off (`tf.data.Options`;
+`--autotune` keeps it): with it on, `model.evaluate` of a tflm model sometimes returns only
+after an idle wait that rounds the pass up to (2^n - 1) x 10 ms (0.63, 2.55, 20.47, 40.95 s
+seen here; no CPU used during the wait, after `on_test_end`, while the pass's tf.data
+iterator is released), which would swamp the differences measured here.
 
 Each mode prints a table and appends it, with the machine, the load average and the command
 line, to bench/RESULTS_flow_heads.md (`--results`); `tolerance` also writes a plot
@@ -224,6 +229,7 @@ def child_ccnf_eval(spec):
 def child_tolerance(spec):
     import keras
     import numpy as np
+    import tensorflow as tf
 
     import tflm  # noqa: F401  (registers the layers)
     import zoo
@@ -238,6 +244,10 @@ def child_tolerance(spec):
         model.head.solver["rtol"] = rtol
         model.head.solver["atol"] = rtol
         dataset = tdata.lm_dataset(ids, spec["batch"], spec["bptt"], train=False)
+        if not spec["autotune"]:  # see the module docstring: tf.data's autotune stall
+            options = tf.data.Options()
+            options.autotune.enabled = False
+            dataset = dataset.with_options(options)
         nfe = []
 
         class Collect(keras.callbacks.Callback):
@@ -389,7 +399,7 @@ def main_tolerance(args):
     for item in args.run:
         label, run = item.split("=", 1)
         spec = dict(run=run, split=args.split, batch=args.batch, bptt=args.bptt,
-                    rtols=args.rtols, repeats=args.repeats)
+                    rtols=args.rtols, repeats=args.repeats, autotune=args.autotune)
         print(f"# {label}: {spec}", flush=True)
         out = run_child("tolerance", spec)
         print(json.dumps(out), flush=True)
@@ -398,7 +408,8 @@ def main_tolerance(args):
     lines = [title,
              f"One evaluation pass over the {args.split} split at batch {args.batch}, bptt "
              f"{args.bptt} (the model loaded afresh per tolerance, its first window run "
-             f"once untimed to trace the step; median and range of {args.repeats} passes); "
+             f"once untimed to trace the step; median and range of {args.repeats} passes; "
+             f"tf.data autotuning {'on' if args.autotune else 'off'}); "
              f"dopri5 with rtol = atol; node: NFE of each "
              f"window's solve of the logits; cnf: of the flow of the output embeddings (one "
              f"solve per window, exact trace in evaluation); ccnf: of every word's flow per "
@@ -482,6 +493,8 @@ def parse_args(argv=None):
     t.add_argument("--rtols", type=float, nargs="+", default=[1e-3, 1e-4, 1e-5, 1e-6])
     t.add_argument("--split", default="valid", choices=["valid", "test"])
     t.add_argument("--repeats", type=int, default=3, help="timed passes per tolerance")
+    t.add_argument("--autotune", action="store_true",
+                   help="keep tf.data autotuning on (see the module docstring)")
     t.add_argument("--batch", type=int, default=10)
     t.add_argument("--bptt", type=int, default=35)
     t.add_argument("--plot", default=str(REPO / "bench" / "flow_heads_tolerance.png"))
