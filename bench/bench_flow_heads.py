@@ -12,13 +12,14 @@ num_samples = 20 and a unigram proposal of the random data), each at its default
 rtol = atol = 1e-5, adjoint gradients; Hutchinson's trace in the flows' training). Every
 configuration runs in a fresh subprocess: time = median of `--steps` steps after `--warmup`
 steps; NFE = the head's `nfe` in the step's logs (the forward solve's evaluations of f; the
-adjoint's backward solve is not counted there). Memory, two figures from the process's peak
-resident set (`resource.getrusage(...).ru_maxrss`): "first step" = peak from the model's
-build to the end of the run minus the resident set after the build (includes the tracing of
-the step function), "step" = peak during the timed steps minus the resident set just before
-them (the peak is reset with `/proc/self/clear_refs` = 5 after warm-up). TensorFlow has no
-memory counter for its CPU device (`tf.config.experimental.get_memory_info("CPU:0")` raises;
-checked in each child and said in the table).
+adjoint's backward solve is not counted there). Memory, in MiB, two counters: TensorFlow's
+CPU allocator (`tf.config.experimental.get_memory_info("CPU:0")`, peak reset with
+`reset_memory_stats`; it sees large allocations only, and reads 0 for tiny models) and the
+process's peak resident set (`resource.getrusage(...).ru_maxrss`, reset by writing 5 to
+`/proc/self/clear_refs`). "first step" = the peak over the warm-up above the level after the
+build (includes tracing the step), "step" = the peak over the timed steps above the level
+just before them (the RSS figure undercounts: memory the allocator kept is already resident).
+`--plot PNG` draws time and memory per head.
 
 The heads' zero-initialised output weights (W of node, W_out of the flows; zero so that a
 head attached to a trained model starts at its distribution) make f = 0 at the start, the
@@ -44,7 +45,8 @@ iterator is released), which would swamp the differences measured here.
 
 Each mode prints a table and appends it, with the machine, the load average and the command
 line, to bench/RESULTS_flow_heads.md (`--results`); `tolerance` also writes a plot
-(`--plot`, default bench/flow_heads_tolerance.png).
+(`--plot`, default bench/flow_heads_tolerance.png). The commands behind the published
+tables are in that file.
 """
 
 import argparse
@@ -301,7 +303,7 @@ def header(title, args):
 def fmt(v, digits=1):
     if v is None or v != v:
         return "n/a"
-    return f"{v:,.{digits}f}"
+    return f"{max(v, 0.0) if abs(v) < 1 else v:,.{digits}f}"
 
 
 def main_step(args):
@@ -348,7 +350,40 @@ def main_step(args):
                      f"{r['min_s']:.2f}-{r['max_s']:.2f} | {r['first_step_s']:.1f} | {ratio} | "
                      f"{nfe_text} | {fmt(r['tf_step_mib'], 0)} | {fmt(r['tf_first_mib'], 0)} | "
                      f"{fmt(r['step_mib'], 0)} | {fmt(r['first_step_mib'], 0)} |")
+    if args.plot:
+        plot_steps({f"field {args.field}": rows}, args.plot)
+        lines += ["", f"Plot: {os.path.relpath(args.plot, REPO)}."]
     publish("\n".join(lines) + "\n", args.results)
+
+
+def plot_steps(groups, path):
+    """Grouped bars per head: seconds per training step and TensorFlow's step peak memory,
+    one group per {label: rows} entry (e.g. the two --field settings)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    width = 0.8 / len(groups)
+    for g, (label, rows) in enumerate(groups.items()):
+        rows = [r for r in rows if "error" not in r]
+        x = np.arange(len(rows)) + g * width
+        nfe = [("" if r["nfe"][0] != r["nfe"][0] else f"{int(r['nfe'][0])}") for r in rows]
+        bars = axes[0].bar(x, [r["median_s"] for r in rows], width, label=label)
+        axes[0].bar_label(bars, labels=[f"NFE {n}" if n else "" for n in nfe], fontsize=7)
+        axes[1].bar(x, [r["tf_step_mib"] / 1024 for r in rows], width, label=label)
+        for ax in axes:
+            ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2, [r["name"] for r in rows])
+    axes[0].set_ylabel("seconds per training step (median)")
+    axes[1].set_ylabel("TF CPU allocator peak per step (GiB)")
+    for ax in axes:
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+    first = next(iter(groups.values()))[0]
+    fig.suptitle(f"AWD-LSTM (PTB sizes), batch {first['batch']}, bptt 70: one training step "
+                 "on this CPU")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def main_ccnf_eval(args):
@@ -448,6 +483,7 @@ def plot_tolerance(results, path):
         rt = [r["rtol"] for r in rows]
         axes[0].plot(rt, [r["nfe_mean"] for r in rows], "o-", label=label)
         axes[1].plot(rt, [r["seconds"] for r in rows], "o-", label=label)
+    axes[1].set_yscale("log")
     for ax, ylabel in zip(axes, ("NFE per window (mean)", "seconds per evaluation pass")):
         ax.set_xscale("log")
         ax.invert_xaxis()
@@ -478,6 +514,7 @@ def parse_args(argv=None):
     s.add_argument("--warmup", type=int, default=1)
     s.add_argument("--lr", type=float, default=0.01)
     s.add_argument("--field", choices=["random", "init"], default="random")
+    s.add_argument("--plot", default=None, help="PNG of time and memory per head")
     e = sub.add_parser("ccnf-eval", help="ccnf full-vocabulary evaluation at batch 1")
     e.add_argument("--hidden", type=int, default=1150)
     e.add_argument("--embed", type=int, default=400)

@@ -139,9 +139,9 @@ def main():
                 continue
         q = out / f"q_{run.name}.npy"
         if not (args.reuse and q.exists()):
-            code, q_seconds = sh([sys.executable, "-m", "tools.qmatrix", str(run / "best.keras"),
-                                  "--corpus", "run", "--split", "test", "--max-rows",
-                                  str(args.q_rows), "--out", str(q)], log)
+            sh([sys.executable, "-m", "tools.qmatrix", str(run / "best.keras"),
+                "--corpus", "run", "--split", "test", "--max-rows", str(args.q_rows),
+                "--out", str(q)], log)
         rows.append(dict(label=label, name=name, frozen=frozen, run=run, q=q, cmd=cmd,
                          seconds=seconds,
                          metrics=json.loads((run / "metrics.json").read_text())))
