@@ -1,0 +1,218 @@
+"""`python -m zoo.search`: random search over a preset's fields, each trial a `zoo.train` run.
+
+    python -m zoo.search --preset NAME --space zhang2018_mos|SPACE.json --trials N \
+        --seed S --out DIR [--epochs E] [--set key=value ...] [--data-dir D] [--quiet]
+
+Trial i draws its fields from the space (`zoo.search_space`: uniform, log-uniform, int,
+choice; constraints by rejection) with `default_rng([S, i])`, applies them to the preset
+(after `--set`, before `--epochs`, which shortens every trial), and trains it with
+`zoo.training.run` into `DIR/trial_XXX`: a normal run directory (config.json, metrics.json,
+best.keras, ... `python -m zoo.evaluate DIR/trial_003` works on it) plus `sample.json`, the
+drawn values. At the end `DIR/summary.md` holds a markdown table of every trial sorted by
+validation perplexity (printed as well); trials that diverged are listed last.
+
+Resumable: run the same command again and a finished trial (metrics.json, or a recorded
+divergence) is not rerun, an interrupted one continues from its last epoch checkpoint
+(`zoo.resume`), and the rest are trained. A trial directory whose `sample.json` differs
+from what the command draws (another seed, space or preset) is refused, naming it.
+
+Exit codes: 0; 2 for a bad command (unknown preset or space, a field the configuration
+does not have), one line on stderr; 130 on Ctrl-C (what finished is kept).
+
+Reference: Zhang 2018 §6.3 and Appendix A.2 (seeds/004); Bergstra & Bengio 2012.
+"""
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+
+from zoo.errors import UserError
+
+SAMPLE_FILE = "sample.json"
+DIVERGED_FILE = "diverged.json"
+
+
+def build_parser():
+    from zoo.search_space import SPACES
+    p = argparse.ArgumentParser(prog="python -m zoo.search",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--preset", required=True, help="the preset every trial starts from")
+    p.add_argument("--space", required=True,
+                   help=f"a built-in space ({', '.join(SPACES)}) or a JSON file: "
+                        "{\"fields\": {dotted field: distribution}, \"constraints\": [...]}")
+    p.add_argument("--trials", type=int, required=True, metavar="N", help="number of trials")
+    p.add_argument("--seed", type=int, default=0, metavar="S",
+                   help="seed of the draws (trial i uses default_rng([S, i])); default 0")
+    p.add_argument("--out", required=True, help="search directory: DIR/trial_000, ..., "
+                                                "DIR/summary.md")
+    p.add_argument("--epochs", type=int, metavar="E",
+                   help="train every trial E epochs (overrides the space and preset)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="fixed overrides applied to the preset before the draws (repeatable)")
+    p.add_argument("--data-dir", help="where named corpora lie")
+    p.add_argument("--quiet", action="store_true", help="one line per epoch")
+    return p
+
+
+def trial_config(preset, overrides, values, epochs=None):
+    """The configuration of one trial: preset, `--set` overrides, drawn values, --epochs."""
+    from zoo.config import check_config, resolve_config
+    from zoo.search_space import apply_sample
+    config = resolve_config(preset, overrides)
+    apply_sample(config, values)
+    if epochs is not None:
+        config["training"]["epochs"] = int(epochs)
+    return check_config(config)
+
+
+def trial_dir(out, index):
+    return pathlib.Path(out) / f"trial_{index:03d}"
+
+
+def trial_state(path):
+    """"finished", "diverged", "interrupted" (a checkpoint, no results) or "new"."""
+    if (path / "metrics.json").exists():
+        return "finished"
+    if (path / DIVERGED_FILE).exists():
+        return "diverged"
+    if (path / "checkpoint" / "state.json").exists():
+        return "interrupted"
+    return "new"
+
+
+def _check_sample(path, record):
+    sample_path = path / SAMPLE_FILE
+    if not sample_path.exists():
+        if trial_state(path) != "new":
+            raise UserError(f"{path} holds a run but no {SAMPLE_FILE}: not a trial of this "
+                            "search; choose another --out.")
+        return
+    found = json.loads(sample_path.read_text())
+    if found.get("values") != record["values"] or found.get("preset") != record["preset"]:
+        raise UserError(f"{path} was drawn with other values ({sample_path}) than this "
+                        "command draws (another --seed, --space, --preset or --set); resume "
+                        "with the original command or choose another --out.")
+
+
+def run_trial(index, record, config, out, data_dir, verbose):
+    """Train (or resume) trial `index`; returns its summary row."""
+    from tflm.callbacks import TrainingDiverged
+    from zoo.training import run
+    path = trial_dir(out, index)
+    state = trial_state(path)
+    if state == "new":
+        path.mkdir(parents=True, exist_ok=True)
+        (path / SAMPLE_FILE).write_text(json.dumps(record, indent=2))
+    if state in ("new", "interrupted"):
+        import keras
+        keras.utils.clear_session()  # the previous trial's graphs and variables
+        print(f"zoo.search: trial {index} ({'resumed' if state == 'interrupted' else 'new'}): "
+              + ", ".join(f"{k}={_fmt(v)}" for k, v in record["values"].items()), flush=True)
+        try:
+            run(None if state == "interrupted" else config, path, data_dir=data_dir,
+                verbose=verbose, resume=state == "interrupted")
+        except TrainingDiverged as err:
+            (path / DIVERGED_FILE).write_text(json.dumps({"message": str(err)}, indent=2))
+            print(f"zoo.search: trial {index} diverged: {err}", file=sys.stderr)
+    return summary_row(index, path)
+
+
+def summary_row(index, path):
+    """{trial, status, valid, test, best_epoch, parameters, words_per_second, values}."""
+    record = json.loads((path / SAMPLE_FILE).read_text())
+    row = {"trial": index, "dir": path.name, "values": record["values"],
+           "status": trial_state(path)}
+    if row["status"] == "finished":
+        metrics = json.loads((path / "metrics.json").read_text())
+        row.update(valid=metrics.get("valid_perplexity"), test=metrics.get("test_perplexity"),
+                   best_epoch=metrics.get("best_epoch"), parameters=metrics.get("parameters"),
+                   words_per_second=metrics.get("words_per_second"))
+    return row
+
+
+def _fmt(value):
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _sort_key(row):
+    valid = row.get("valid")
+    ok = row["status"] == "finished" and valid is not None and math.isfinite(valid)
+    return (0 if ok else 1, valid if ok else 0.0, row["trial"])
+
+
+def summary_table(rows, title=""):
+    """Markdown table of the trials, best validation perplexity first."""
+    fields = list(rows[0]["values"]) if rows else []
+    head = ["rank", "trial", "valid ppl", "test ppl", "best epoch", "params", "words/s"] + \
+        [f"`{f}`" for f in fields]
+    lines = ([f"## {title}", ""] if title else []) + [
+        "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for rank, row in enumerate(sorted(rows, key=_sort_key), start=1):
+        if row["status"] == "finished":
+            cells = [f"{row['valid']:.2f}", f"{row['test']:.2f}", str(row["best_epoch"]),
+                     f"{row['parameters']:,}", f"{row['words_per_second'] or 0:,.0f}"]
+        else:
+            cells = [row["status"], "-", "-", "-", "-"]
+        values = [_fmt(row["values"][f]) for f in fields]
+        lines.append("| " + " | ".join([str(rank), row["dir"]] + cells + values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), data_dir=None,
+           verbose=1):
+    """Run (or resume) the search; returns the summary rows (every trial, in trial order)."""
+    from zoo.search_space import load_space, sample
+    if trials < 1:
+        raise UserError(f"--trials must be >= 1; got {trials}.")
+    space = load_space(space_name)
+    out = pathlib.Path(out)
+    plans = []
+    for index in range(trials):  # every draw and configuration checked before training
+        values = sample(space, seed, index)
+        config = trial_config(preset, overrides, values, epochs)
+        config["search"] = {"space": space.get("name"), "seed": seed, "trial": index}
+        record = {"preset": preset, "space": space.get("name"), "seed": seed,
+                  "trial": index, "overrides": list(overrides), "epochs": epochs,
+                  "values": values}
+        _check_sample(trial_dir(out, index), record)
+        plans.append((index, record, config))
+    rows = [run_trial(index, record, config, out, data_dir, verbose)
+            for index, record, config in plans]
+    title = (f"Random search: preset {preset}, space {space.get('name')}, seed {seed}, "
+             f"{trials} trials" + (f" of {epochs} epochs" if epochs else ""))
+    table = summary_table(rows, title)
+    (out / "summary.md").write_text(table)
+    print(table)
+    return rows
+
+
+def main(argv=None):
+    from zoo import interrupt, quiet_start
+    try:
+        with interrupt.handle_ctrl_c():
+            quiet_start.start()
+            args = build_parser().parse_args(argv)
+            from tflm.data import CorpusNotFoundError
+            from zoo.checkpoint import CheckpointError
+            try:
+                search(args.preset, args.space, args.trials, args.seed, args.out,
+                       epochs=args.epochs, overrides=args.set, data_dir=args.data_dir,
+                       verbose=2 if args.quiet else 1)
+            except (UserError, CorpusNotFoundError, CheckpointError) as err:
+                print(f"zoo.search: error: {err}", file=sys.stderr)
+                return 2
+    except KeyboardInterrupt:
+        print("zoo.search: interrupted; finished trials are kept, and the same command "
+              "continues the search (an interrupted trial resumes from its last epoch).",
+              file=sys.stderr)
+        return 130
+    print(f"summary in {pathlib.Path(args.out) / 'summary.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
