@@ -32,7 +32,7 @@ def test_table_a2_space_draws_within_its_ranges_and_constraint():
         assert 10 <= d["training.batch_size"] <= 30 and 20 <= d["training.bptt"] <= 50
         assert 2 <= d["model.head.num_experts"] <= 20 and 0 < d["model.init_scale"] < 0.1
         assert 5.0 <= d["training.clip_norm"] <= 10.0 and 0.5 <= d["model.dropout"] <= 0.7
-        assert d["model.embed_dim"] == d["model.hidden_dim"] and d["training.epochs"] == 20
+        assert d["training.epochs"] == 20
     # the constraint binds: without it, a share of the draws breaks it, the share of the
     # integer grid above 1.2e6 (exact: 10.3 %; binomial sd over 2,000 draws 0.7 %)
     b, t, h = np.meshgrid(np.arange(10, 31), np.arange(20, 51), np.arange(500, 1501))
@@ -50,7 +50,8 @@ def test_table_a2_space_draws_within_its_ranges_and_constraint():
 def test_distributions_match_their_definitions():
     space = check_space({"fields": {"u": {"uniform": [2.0, 5.0]},
                                     "l": {"log_uniform": [1e-3, 1e1]},
-                                    "i": {"int": [1, 3]}, "c": {"choice": ["a", "b"]}}})
+                                    "i": {"int": [1, 3]}, "c": {"choice": ["a", "b"]},
+                                    "s": {"same_as": "i"}}})
     draws = [sample(space, 0, i) for i in range(2000)]
     u = np.array([d["u"] for d in draws])
     assert stats.kstest((u - 2.0) / 3.0, "uniform").pvalue > 1e-3
@@ -58,7 +59,7 @@ def test_distributions_match_their_definitions():
     assert stats.kstest((log + 3.0) / 4.0, "uniform").pvalue > 1e-3
     counts = np.bincount([d["i"] for d in draws], minlength=4)[1:]
     assert counts.sum() == 2000 and stats.chisquare(counts).pvalue > 1e-3
-    assert {d["c"] for d in draws} == {"a", "b"}
+    assert {d["c"] for d in draws} == {"a", "b"} and all(d["s"] == d["i"] for d in draws)
 
 
 @pytest.mark.parametrize("bad, message", [

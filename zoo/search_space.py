@@ -8,8 +8,7 @@ A space is a JSON object (a file, or a name in `SPACES`):
                 "training.lr": {"log_uniform": [0.1, 10.0]},
                 "model.num_layers": {"int": [1, 3]},
                 "model.head.type": {"choice": ["softmax", "mos"]},
-                "model.embed_dim": {"same_as": "model.hidden_dim"},
-                "training.epochs": {"value": 20}},
+                        "training.epochs": {"value": 20}},
      "constraints": [{"product": ["training.batch_size", "training.bptt",
                                   "model.hidden_dim"], "at_most": 1.2e6}]}
 
@@ -17,7 +16,7 @@ Each field is a dotted path into a `zoo.train` configuration (as `--set` takes t
 distribution: `uniform` [a, b] (a + (b - a) U), `log_uniform` [a, b] (exp of a uniform
 draw over [log a, log b], a > 0), `int` [a, b] (every integer a..b equally likely, both
 ends included), `choice` [v1, v2, ...] (equally likely), `value` x (fixed) and `same_as`
-another field (its sampled value: Zaremba's embedding size = hidden size). A constraint
+another field (its sampled value, e.g. an embedding size equal to the hidden size). A constraint
 `{"product": [fields], "at_most": c}` (or `at_least`) must hold for every sample: a draw
 that breaks one is thrown away and the whole configuration drawn again (rejection
 sampling, as one draws uniformly from the constrained region).
@@ -48,7 +47,7 @@ DISTRIBUTIONS = ("uniform", "log_uniform", "int", "choice", "value", "same_as")
 #   layers [1, 3], hidden [500, 1500], batch [10, 30], bptt [20, 50], K [2, 20] -> int
 #   keep probability (0.3, 0.5)   -> model.dropout = 1 - keep, uniform on (0.5, 0.7)
 #                                    (the same distribution as a uniform keep probability)
-#   embedding size = hidden size  -> same_as (Zaremba's and the thesis' models)
+#   embedding size = hidden size  (the Zaremba model has no separate embedding size)
 #   stage 1 & 2 = 20 & 20, decay 1.0, lr 1.0 -> 20 epochs at a constant lr 1.0
 # Not searched: "RNN mode basic or block" (TensorFlow 1's two LSTM cells compute the same
 # function; Keras has one LSTM); the learning rate is the preset's (1.0 in the seed).
@@ -64,7 +63,6 @@ ZHANG2018_MOS = {
         "training.clip_norm": {"uniform": [5.0, 10.0]},
         "model.num_layers": {"int": [1, 3]},
         "model.hidden_dim": {"int": [500, 1500]},
-        "model.embed_dim": {"same_as": "model.hidden_dim"},
         "training.batch_size": {"int": [10, 30]},
         "training.bptt": {"int": [20, 50]},
         "model.dropout": {"uniform": [0.5, 0.7]},
