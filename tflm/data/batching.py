@@ -287,7 +287,9 @@ def lm_dataset(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_
     draws `u ~ U(0, 1)` and `z ~ N(0, 1)` with stateless ops; `T = max(min_len,
     int(base + std * z))` as in `window_lengths`, and a `scan` over the position cuts the
     last window. Two datasets built with the same seed give the same sequence of epochs
-    (these lengths differ from the NumPy ones, which use NumPy's generator).
+    (these lengths differ from the NumPy ones, which use NumPy's generator). tf.data's
+    autotuning is off (`options().autotune.enabled` False): with it on, TensorFlow kept each
+    finished pass's iterator alive until its tuning thread woke up.
 
     Args:
         ids_or_streams: 1-D token ids (batchified here) or 2-D streams (B, L).
@@ -339,8 +341,14 @@ def lm_dataset(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_
         x, y = pad_window_tensors(x, y, multiple)
         return tf.ensure_shape(x, (batch, None)), tf.ensure_shape(y, (batch, None))
 
-    return windows.map(cut, num_parallel_calls=tf.data.AUTOTUNE,
-                       deterministic=True).prefetch(tf.data.AUTOTUNE)
+    # Autotuning off: its optimisation thread sleeps in doubling intervals (10 ms, 20 ms,
+    # ...), and TensorFlow 2.21 destroys the iterator only when that sleep ends, so an
+    # evaluate / fit pass idled after its last batch until (2^n - 1) x 10 ms had passed
+    # (up to twice the work; bench/bench_data_pipeline.py). Cutting a window is one slice:
+    # a sequential map and two windows of prefetch keep the model fed.
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return windows.map(cut).prefetch(2).with_options(options)
 
 
 def _random_windows(tf, num_positions, bptt, seed, *, short_prob, std, min_len, max_len):
