@@ -92,6 +92,18 @@ def test_breaks_the_rank_bound_of_the_softmax():
     assert rank(q_node) >= 4 + 2 + 3
 
 
+def test_rank_is_bounded_by_d_plus_bottleneck_plus_two():
+    """l(t1) - l(t0) lies in the column space of W (V x k): rank(Q) <= d + k + 2, and a
+    generic field reaches the bound."""
+    dim, k = 4, 3
+    emb, head = _head(vocab=60, dim=dim, scale=0.5, seed=3, bottleneck=k, rtol=1e-7,
+                      atol=1e-7)
+    h = RNG.normal(size=(1, 300, dim)).astype("float32")
+    s = np.linalg.svd(np.asarray(head(h))[0].astype(np.float64), compute_uv=False)
+    assert s[dim + k + 2] < 1e-5 * s[0]        # float32 noise beyond the bound
+    assert s[dim + k + 1] > 1e-4 * s[0]        # the bound is reached
+
+
 def test_adjoint_gradients_equal_backpropagation():
     h = RNG.normal(size=(2, 3, 5)).astype("float32")
     y = RNG.integers(0, 30, size=(2, 3))

@@ -18,7 +18,15 @@ class NeuralODELogits(LogProbHead):
     with W_f in R^{(V+1) x k}, W in R^{V x k}, no biases, k the bottleneck (default: the
     context size d, which is the embedding size of a tied AWD-LSTM: 400 on PTB, 8,000,400
     extra weights) and [t0, t1] = [0, 1]. The map is non-linear in the logits, so its
-    log-probability matrix is not bounded by rank d + 2 (thesis §4.3).
+    log-probability matrix is not bounded by rank d + 2, but it is not full rank either
+    (the thesis, §4.3, calls it unbounded): l(t1) - l(t0) = W int softplus(.) dt lies in
+    the column space of W, so over N contexts
+
+        Q = H E^T + 1 b^T + U W^T - lse 1^T,   rank(Q) <= d + k + 2
+
+    (U the N x k integrals, lse the row normalisers): 2d + 2 = 802 on PTB with k = d = 400.
+    A wider bottleneck k raises the bound; tested, and measured at exactly d + k + 2 on a
+    trained model (bench/RESULTS_flow_heads.md).
 
     The solve is `tflm.ode.odeint` over the whole window at once (one adaptive step size
     for the batch, as torchdiffeq solves a batch), with dopri5 and rtol = atol = 1e-5 and
