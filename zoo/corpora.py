@@ -10,7 +10,11 @@ def load_data(corpus_cfg, data_dir=None):
     (`tflm.data.synthetic`, `tflm.data.zipf` for a large-vocabulary stand-in; its keyword
     arguments, plus `train_tokens` / `valid_tokens` /
     `test_tokens`) and reports its optimal perplexity. Any other name is `ptb`,
-    `wikitext-2` or a directory (`tflm.data.load_corpus`, looked up in `data_dir`);
+    `wikitext-2` or a directory (`tflm.data.load_corpus`, looked up in `data_dir`), or
+    `lm1b`, the 1B Word benchmark (`tflm.data.lm1b`: `<data_dir>/` + the release's folder
+    name unless `path` names the folder; `vocab_size` (100,000), `heldout` shard numbers,
+    `verify` the published line counts (true), `cache` the encoded splits as .npy beside the
+    release, in `<folder>-cache-<vocab_size>` (true));
     `max_train_tokens` / `max_valid_tokens` / `max_test_tokens` keep only the first tokens
     of a split (shortened reproductions on small machines).
 
@@ -38,13 +42,38 @@ def load_data(corpus_cfg, data_dir=None):
         return corpus, float(language.optimal_perplexity)
     limits = {split: cfg.pop(f"max_{split}_tokens", None) for split in ("train", "valid", "test")}
     try:
-        corpus = data.load_corpus(name, data_dir=data_dir)
+        if name in data.lm1b.NAMES:
+            corpus = _load_lm1b(cfg, data_dir)
+        else:
+            corpus = data.load_corpus(name, data_dir=data_dir)
+    except ConfigError:
+        raise
     except ValueError as err:  # a file that is not UTF-8, a bad vocab.txt, an unknown word
         raise UserError(f"cannot read corpus {name}: {err}") from err
     for split, limit in limits.items():
         if limit is not None:  # a shortened run: the first `limit` tokens of the split
             setattr(corpus, split, corpus.split(split)[:int(limit)])
     return corpus, None
+
+
+def _load_lm1b(cfg, data_dir):
+    """The 1B Word benchmark of a `corpus` part (see `load_data`)."""
+    import pathlib
+
+    from tflm import data
+    unknown = sorted(set(cfg) - {"path", "vocab_size", "heldout", "verify", "cache"})
+    if unknown:
+        raise ConfigError(f"corpus lm1b: unknown setting(s) {', '.join(unknown)}; it takes "
+                          "path, vocab_size, heldout, verify, cache.")
+    base = pathlib.Path(data_dir).expanduser() if data_dir else data.default_data_dir()
+    root = pathlib.Path(cfg["path"]).expanduser() if cfg.get("path") else base / data.lm1b.ROOT
+    vocab_size = int(cfg.get("vocab_size", 100_000))
+    cache = (root.parent / f"{root.name}-cache-{vocab_size}") if cfg.get("cache", True) else None
+    try:
+        return data.lm1b.load_lm1b(root, vocab_size=vocab_size, heldout=cfg.get("heldout"),
+                                   verify=bool(cfg.get("verify", True)), cache_dir=cache)
+    except data.ChecksumError as err:  # an altered copy: the user replaces it
+        raise UserError(str(err)) from err
 
 
 def check_split_sizes(corpus, training):

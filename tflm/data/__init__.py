@@ -9,7 +9,7 @@ Example:
 >>> ds = data.lm_dataset(ptb.train, 20, 70, train=True, seed=141, epoch=None)  # doctest: +SKIP
 """
 
-from tflm.data import download, synthetic, zipf  # noqa: F401
+from tflm.data import download, lm1b, synthetic, zipf  # noqa: F401
 from tflm.data.batching import (  # noqa: F401
     PAD_ID,
     batchify,
