@@ -48,7 +48,9 @@ DISTRIBUTIONS = ("uniform", "log_uniform", "int", "choice", "value", "same_as")
 #   keep probability (0.3, 0.5)   -> model.dropout = 1 - keep, uniform on (0.5, 0.7)
 #                                    (the same distribution as a uniform keep probability)
 #   embedding size = hidden size  (the Zaremba model has no separate embedding size)
-#   stage 1 & 2 = 20 & 20, decay 1.0, lr 1.0 -> 20 epochs at a constant lr 1.0
+#   validation batch = batch      -> same_as (the tutorial validates with the training config)
+#   stage 1 & 2 = 20 & 20, decay 1.0, lr 1.0 -> training.epochs 20, training.lr_decay 1.0
+#                                    (a constant lr: the preset's, 1.0 in the seed)
 # Not searched: "RNN mode basic or block" (TensorFlow 1's two LSTM cells compute the same
 # function; Keras has one LSTM); the learning rate is the preset's (1.0 in the seed).
 ZHANG2018_MOS = {
@@ -65,9 +67,11 @@ ZHANG2018_MOS = {
         "model.hidden_dim": {"int": [500, 1500]},
         "training.batch_size": {"int": [10, 30]},
         "training.bptt": {"int": [20, 50]},
+        "training.eval_batch_size": {"same_as": "training.batch_size"},
         "model.dropout": {"uniform": [0.5, 0.7]},
         "model.head.num_experts": {"int": [2, 20]},
         "training.epochs": {"value": 20},
+        "training.lr_decay": {"value": 1.0},
     },
     "constraints": [{"product": ["training.batch_size", "training.bptt", "model.hidden_dim"],
                      "at_most": 1.2e6}],
