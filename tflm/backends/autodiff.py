@@ -3,6 +3,8 @@ for it: a vector-Jacobian product, and whether a while loop can be differentiate
 
     value_and_vjp(fn, primals, cotangents)
         -> (fn(primals), [sum_i c_i^T d fn_i / d p for p in primals])
+    value_and_pullback(fn, primals)
+        -> (fn(primals), cotangents -> the same VJP), for cotangents that need the outputs
 
     TensorFlow  tf.GradientTape (unconnected gradients as zeros)
     JAX         jax.vjp
@@ -83,3 +85,52 @@ def _torch_vjp(fn, primals, cotangents):
             grads = [None] * len(leaves)
     grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, leaves)]
     return [o.detach() for o in outputs], grads
+
+
+def value_and_pullback(fn, primals):
+    """`fn(primals)` and a function mapping cotangents to its VJP (one use).
+
+    As `value_and_vjp`, for cotangents computed from the outputs themselves: fn runs once.
+
+    Returns:
+        `(outputs, pullback)`: the outputs (no gradient history) and `pullback(cotangents)`
+        -> one tensor per primal (zeros where an output does not depend on it).
+    """
+    name = keras.backend.backend()
+    if name == "tensorflow":
+        import tensorflow as tf
+        tape = tf.GradientTape(persistent=False)
+        with tape:
+            for p in primals:
+                tape.watch(p)
+            outputs = list(fn(list(primals)))
+
+        def pullback(cotangents):
+            return list(tape.gradient(outputs, list(primals),
+                                      output_gradients=list(cotangents),
+                                      unconnected_gradients=tf.UnconnectedGradients.ZERO))
+
+        return [tf.stop_gradient(o) for o in outputs], pullback
+    if name == "jax":
+        import jax
+        outputs, vjp = jax.vjp(lambda *p: list(fn(list(p))), *primals)
+        return outputs, lambda cotangents: list(vjp(list(cotangents)))
+    if name == "torch":
+        import torch
+        with torch.enable_grad():
+            leaves = [p.detach().requires_grad_(True) for p in primals]
+            outputs = list(fn(leaves))
+
+        def pullback(cotangents):
+            pairs = [(o, c) for o, c in zip(outputs, cotangents) if o.requires_grad]
+            grads = [None] * len(leaves)
+            if pairs:
+                grads = torch.autograd.grad([o for o, _ in pairs], leaves,
+                                            grad_outputs=[c for _, c in pairs],
+                                            allow_unused=True)
+            return [torch.zeros_like(p) if g is None else g for g, p in zip(grads, leaves)]
+
+        return [o.detach() for o in outputs], pullback
+    raise NotImplementedError(
+        f"vector-Jacobian products are not available on the {name!r} Keras backend; "
+        "use TensorFlow, JAX or PyTorch.")

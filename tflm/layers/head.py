@@ -217,6 +217,17 @@ class LogProbHead(keras.layers.Layer):
                                         self.adversarial_alpha)
         return logits
 
+    def projection_variables(self):
+        """The float variables `project` reads (tied embedding, factors, or kernel and
+        bias), for code that substitutes tensors for them (`keras.StatelessScope`)."""
+        if self.tied:
+            owner = self.embedding.variables
+        elif getattr(self, "factorized", None) is not None:
+            owner = self.factorized.variables
+        else:
+            owner = [self.kernel, self.bias]
+        return [v for v in owner if "float" in str(v.dtype)]
+
     def compute_mask(self, inputs, mask=None):
         return None
 

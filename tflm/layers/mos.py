@@ -6,6 +6,7 @@ from keras import ops
 from tflm.layers.dropout import LockedDropout
 from tflm.layers.head import LogProbHead, tanh_components
 from tflm.layers.init import check_init, torch_uniform
+from tflm.layers.mos_recompute import recomputed_mixture_log_probs
 
 
 def _check_positive_int(layer, name, value, allow_none=False):
@@ -204,7 +205,11 @@ class MoSLayer(_MixtureBase):
     def call(self, g, training=False, targets=None):
         h = self.latent(g, training=training)                              # (B, T, K, L)
         log_prior = ops.log_softmax(self.prior_logits(g), axis=-1)        # (B, T, K)
-        if self.mixture == "sequential":
+        adversarial = training and targets is not None and self.adversarial_alpha
+        if self.mixture == "sequential" and not adversarial:
+            return recomputed_mixture_log_probs(self.project, self.projection_variables(),
+                                                h, log_prior)
+        if self.mixture == "sequential":  # AdvSoft's target terms: plain autodiff
             return sequential_mixture_log_probs(
                 lambda k: self.project(h[:, :, k], targets=targets, training=training),
                 log_prior, self.num_experts)
