@@ -125,3 +125,48 @@ def test_zoo_names_the_corpus_lm1b(tmp_path):
     from zoo.errors import UserError
     with pytest.raises(UserError, match="30,301,028"):  # verify is on by default
         load_data({"name": "lm1b", "cache": False}, data_dir=tmp_path)
+
+
+@pytest.mark.parametrize("name, exact, published", [("lm1b_softmax", 119_293_600, "119M"),
+                                                     ("lm1b_mos7", 112_850_364, "113M")])
+def test_table_10_presets_have_the_published_size(name, exact, published):
+    """The trainable parameters are affine in V (embedding rows and output biases), so two
+    small vocabularies give the count at V = 100,000 without building a 119M model: the
+    tied models' counts, which round to Table 3's."""
+    import zoo
+    from zoo.presets.reference import differences
+    preset = zoo.load_preset(name)
+    assert preset["corpus"] == {"name": "lm1b", "vocab_size": 100_000}
+    assert differences(preset) == []
+    counts = []
+    for vocab in (1000, 2000):
+        model = zoo.from_preset(name, vocab)
+        model.build()
+        counts.append(sum(int(np.prod(w.shape)) for w in model.trainable_weights))
+    per_word = (counts[1] - counts[0]) // 1000
+    assert per_word == preset["model"]["embed_dim"] + 1  # embedding row + output bias
+    assert counts[0] + per_word * 99_000 == exact
+    assert f"{round(exact / 1e6)}M" == preset["published"]["parameters"] == published
+    sampled = preset["model"]["head"].get("num_samples")
+    assert (sampled == 8192) == (name == "lm1b_softmax")
+
+
+@pytest.mark.parametrize("name", ["lm1b_softmax", "lm1b_mos7"])
+def test_tiny_table_10_preset_trains_on_the_miniature_release(name, tmp_path, capsys):
+    import json
+
+    from zoo import train
+    make_release(tmp_path, lines_per_shard=1)
+    out = tmp_path / "run"
+    code = train.main(["--preset", name, "--data-dir", str(tmp_path), "--out", str(out),
+                       "--epochs", "1", "--batch-size", "4", "--quiet",
+                       "--set", "corpus.verify=false", "--set", "corpus.vocab_size=12",
+                       "--set", "model.embed_dim=8", "--set", "model.hidden_dim=8",
+                       "--set", "model.last_dim=8", "--set", "training.bptt=5",
+                       "--set", "training.eval_batch_size=2",
+                       *(["--set", "model.head.num_samples=4"] if name == "lm1b_softmax"
+                         else [])])
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["vocab_size"] == 12 and np.isfinite(metrics["test_perplexity"])
+    assert len(metrics["history"]) == 1 and np.isfinite(metrics["valid_perplexity"])
