@@ -134,7 +134,9 @@ class CNFHead(FlowHead):
     the exact log-probabilities). In training the trace is Hutchinson's estimate with
     Gaussian noise by default, one draw per solve: the reference's ffjord defaults, like
     dopri5, rtol = atol = 1e-5, t in [0, 1] and adjoint gradients; `trace="exact"` is
-    cheaper here and noise-free (see `tflm.layers.flow_field`). Evaluation uses the exact
+    cheaper here and noise-free (see `tflm.layers.flow_field`), and unbiased: Delta enters
+    log_softmax, so Hutchinson's noise biases the objective's gradient (see
+    `ConditionalCNFHead`). Evaluation uses the exact
     trace by default (`eval_trace`), where the reference keeps Hutchinson's: the
     trajectory z(t) does not depend on the noise, so the exact Delta is the expectation of
     the reference's random one, and perplexities and Q_theta come out deterministic;

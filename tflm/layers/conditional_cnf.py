@@ -31,6 +31,15 @@ class ConditionalCNFHead(FlowHead):
     chunk its own adaptive steps, so the result agrees with one solve to the tolerance).
     Character models (V < 50) train on the full vocabulary (`num_samples=None`).
 
+    Hutchinson's trace (the training default, the reference's) estimates Delta without bias,
+    but Delta enters a softmax over words, which is not linear in it: the expected loss is
+    above the exact one (Jensen) and its gradient is biased towards a smaller flow
+    Jacobian (several times the true gradient for weights of scale 0.6,
+    tests/test_ccnf_sampled_gradient.py). Near f = 0, where a head on a trained base
+    starts, the bias fades but one draw's noise is tens of times the gradient (measured:
+    bench/RESULTS_flow_heads.md, "why ccnf barely learns"). `trace="exact"` is unbiased,
+    noise-free and cheaper here: use it to train.
+
     Args:
         embedding, vocab_size: the vocabulary projection (tied / untied) of l_w and z(t0).
         num_samples: k noise words per position in training; None = full vocabulary.
