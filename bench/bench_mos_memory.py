@@ -1,5 +1,10 @@
 """MoS head: batched (one (B, T, K, V) tensor) vs sequential (running log-sum-exp) mixture.
 
+`sequential` is `MoSLayer(mixture="sequential")`: a running log-sum-exp forward and the
+recomputing gradient of `tflm.layers.mos_recompute`; `sequential-autodiff` is the same
+forward differentiated by TensorFlow's autodiff (`sequential_mixture_log_probs`, what
+`sequential` was before the recomputing gradient and still is under AdvSoft in training).
+
 At the MoS PTB preset's head size (B=12, T=70, K=15, V=10,000, L=280, input 620) each
 configuration runs in a fresh process: the head's forward pass (evaluation / Q_theta export)
 and a forward + backward pass (training), timed (median of `--repeats` after one warm-up) with
@@ -23,6 +28,7 @@ from machine import machine_line, publish  # noqa: E402
 from machine import peak_rss_mib as _peak_mib  # noqa: E402
 
 K, V, L, D_IN, T = 15, 10_000, 280, 620, 70
+MIXTURES = ("batched", "sequential-autodiff", "sequential")
 
 
 def child(mixture, mode, batch, repeats):
@@ -31,8 +37,13 @@ def child(mixture, mode, batch, repeats):
     import numpy as np
     import tensorflow as tf
 
+    import tflm.layers.mos as mos
     from tflm.layers import MoSLayer, TiedEmbedding
-    head = MoSLayer(K, embedding=TiedEmbedding(V, L), mixture=mixture)
+    if mixture == "sequential-autodiff":
+        mos.recomputed_mixture_log_probs = lambda project, variables, h, log_prior: \
+            mos.sequential_mixture_log_probs(lambda k: project(h[:, :, k]), log_prior, K)
+    head = MoSLayer(K, embedding=TiedEmbedding(V, L),
+                    mixture="batched" if mixture == "batched" else "sequential")
     g = tf.constant(np.random.default_rng(0).normal(size=(batch, T, D_IN)).astype("float32"))
     head(g[:1, :2])
     weights = head.trainable_weights
@@ -71,23 +82,25 @@ def main():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
     rows = {}
     for mode in ("forward", "training"):
-        for mixture in ("batched", "sequential"):
+        for mixture in MIXTURES:
             out = subprocess.run([sys.executable, __file__, "--child", mixture, mode,
                                   "--batch", str(args.batch), "--repeats", str(args.repeats)],
                                  env=env, capture_output=True, text=True, check=True)
             rows[mode, mixture] = json.loads(out.stdout.strip().splitlines()[-1])
     tensor_mib = args.batch * T * K * V * 4 / 2**20
+    load = os.getloadavg()
     lines = [f"## MoS mixture: batched vs sequential (B={args.batch}, T={T}, K={K}, V={V:,}, "
              f"L={L}; one B*T*K*V float32 tensor = {tensor_mib:,.0f} MiB), TensorFlow", "",
              f"Machine: {machine_line()}. Command: `python bench/bench_mos_memory.py --batch "
              f"{args.batch} --repeats {args.repeats}`. Peak: the process's peak resident "
-             "memory above what it held before the timed steps (MiB; in B*T*K*V tensors).",
+             "memory above what it held before the timed steps (MiB; in B*T*K*V tensors). "
+             f"Load average at the start: {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}.",
              "",
              "| pass | mixture | seconds (median) | peak MiB | peak / tensor | time ratio | "
              "memory ratio |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for mode in ("forward", "training"):
         base = rows[mode, "batched"]
-        for mixture in ("batched", "sequential"):
+        for mixture in MIXTURES:
             r = rows[mode, mixture]
             lines.append(f"| {mode} | {mixture} | {r['seconds']:.3f} | {r['peak_mib']:,.0f} | "
                          f"{r['peak_mib'] / tensor_mib:.2f} | "

@@ -154,12 +154,13 @@ class MoSLayer(_MixtureBase):
     (B, T, K) only. The backward pass keeps O(B*T*K*V) as in any MoS. Reference PTB sizes
     (B=12, T=70, K=15, V=10,000): 126M floats = 504 MB per (B, T, K, V) tensor.
     `mixture="sequential"` forms one component's (B, T, V) logits at a time and keeps a
-    running log-sum-exp (`sequential_mixture_log_probs`); the values equal the batched ones
-    to float32 rounding. Measured (bench/RESULTS_mos_memory.md, TensorFlow, PTB head size):
-    the forward pass (evaluation, Q_theta export) peaks at 1.2 instead of 2.2 B*T*K*V
-    tensors, 1.5x slower (TensorFlow runs the K independent projections concurrently, so
-    not every component's logits are freed before the next is made); a training step is
-    1.8x slower and peaks higher (4.4 vs 3.3 tensors): use it for evaluation only.
+    running log-sum-exp; its gradient recomputes each component in the backward pass
+    instead of keeping them (`tflm.layers.mos_recompute`; under AdvSoft in training, plain
+    autodiff of `sequential_mixture_log_probs`). Values and gradients equal the batched
+    ones to float32 rounding. Measured (bench/RESULTS_mos_memory.md, TensorFlow, PTB head
+    size): the forward pass peaks at 0.85 instead of 2.2 B*T*K*V tensors (1.4x the time),
+    a training step at 1.07 instead of 3.5 tensors (2.0x the time: one more projection
+    per component, and the components no longer run concurrently).
 
     Args:
         num_experts: K, the number of softmax components (15 in the reference).

@@ -16,7 +16,9 @@ r_k = exp(a_k - log P) (sum_k r_k = 1), per context:
 
 and the projection's vector-Jacobian product with dLoss / d l_k gives the latent's and the
 decoder weights' gradients. The projection runs twice per component in a training step
-(forward, and once more in the backward pass, which takes its VJP from that run).
+(forward, and once more in the backward pass, which takes its VJP from that run). Each
+component waits for the previous one (`tflm.backends.ordering.after`): a TensorFlow graph
+would otherwise run the K independent projections at once.
 
 Yang et al. 2018 (ICLR), "Breaking the Softmax Bottleneck", §2.4 (the mixture); the
 gradient is the mixture's chain rule written out.
@@ -26,6 +28,7 @@ import keras
 from keras import ops
 
 from tflm.backends import autodiff
+from tflm.backends.ordering import after
 
 
 def _read(variable):
@@ -62,7 +65,8 @@ def recomputed_mixture_log_probs(project, variables, h, log_prior):
         prior = ops.cast(log_prior, "float32")
         total = None
         for k in range(num_components):
-            l_k = logits(h[:, :, k], values)
+            h_k = h[:, :, k] if total is None else after(h[:, :, k], [total])
+            l_k = logits(h_k, values)
             term = l_k + (prior[..., k:k + 1] - ops.logsumexp(l_k, axis=-1, keepdims=True))
             total = term if total is None else ops.logaddexp(total, term)
 
@@ -73,8 +77,9 @@ def recomputed_mixture_log_probs(project, variables, h, log_prior):
             d_h, d_prior = [], []
             d_values = [ops.zeros_like(v) for v in values]
             for k in range(num_components):
+                h_k = h[:, :, k] if k == 0 else after(h[:, :, k], [d_h[-1]] + d_values)
                 (l_k,), pullback = autodiff.value_and_pullback(
-                    lambda p: [logits(p[0], p[1:])], [h[:, :, k]] + values)
+                    lambda p: [logits(p[0], p[1:])], [h_k] + values)
                 log_softmax = l_k - ops.logsumexp(l_k, axis=-1, keepdims=True)
                 u_k = g * ops.exp(log_softmax + prior[..., k:k + 1] - total)
                 u_sum = ops.sum(u_k, axis=-1, keepdims=True)
