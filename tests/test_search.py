@@ -132,3 +132,13 @@ def test_a_field_the_configuration_lacks_is_refused_before_training(tmp_path, ca
     err = capsys.readouterr().err
     assert code == 2 and "modle" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "s").exists()
+
+
+def test_the_readme_space_example_is_a_valid_space():
+    import re
+
+    from tests.conftest import REPO
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    example = re.search(r"`(\{\"fields\": .*?\]\})`", text, flags=re.S).group(1)
+    space = check_space(json.loads(" ".join(example.split())))
+    assert sample(space, 0, 0)["model.head.type"] in ("softmax", "mos")
