@@ -72,14 +72,27 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         carry_state: carry LSTM state across windows. Default True.
         flooding_level: flood level b (Ishida et al. 2020): train on |L - b| + b; None
             disables. Default None.
+        loss_reduction: "token_mean" (default: the NLL averaged over the window's tokens,
+            the AWD-LSTM family's) or "sum_over_time" (the NLL summed over the window's
+            time steps and averaged over its B streams, sum_{b,t} NLL / B, as TensorFlow's
+            PTB tutorial `sequence_loss(average_across_timesteps=False)`: the gradient, its
+            clipping and so the learning rate act on T times the token mean; Zaremba et
+            al. 2014's lr 1.0 means this). The "loss" in the logs is this objective.
 
     Compile with an optimizer only: `model.compile(optimizer=keras.optimizers.SGD(30))`;
     the loss is the NLL of the log-probabilities the model returns.
     """
 
+    LOSS_REDUCTIONS = ("token_mean", "sum_over_time")
+
     def __init__(self, bptt=70, clip_norm=0.25, weight_decay=0.0, scale_by_window=True,
-                 carry_state=True, flooding_level=None, **kwargs):
+                 carry_state=True, flooding_level=None, loss_reduction="token_mean",
+                 **kwargs):
         super().__init__(**kwargs)
+        if loss_reduction not in self.LOSS_REDUCTIONS:
+            raise ValueError(f"loss_reduction must be one of {', '.join(self.LOSS_REDUCTIONS)}"
+                             f"; got {loss_reduction!r}.")
+        self.loss_reduction = loss_reduction
         if int(bptt) < 1:
             raise ValueError(f"bptt must be >= 1; got {bptt}.")
         if clip_norm is not None and float(clip_norm) < 0:
@@ -209,7 +222,10 @@ class LanguageModel(TokenWindowBuild, keras.Model):
             weights = ops.cast(sample_weight, "float32") * weights
         nll_sum = ops.sum(nll * weights)
         tokens = ops.sum(weights)
-        loss = nll_sum / ops.maximum(tokens, 1.0)
+        if self.loss_reduction == "sum_over_time":  # sum_t mean_b: per stream, not per token
+            loss = nll_sum / ops.cast(ops.shape(nll)[0], "float32")
+        else:
+            loss = nll_sum / ops.maximum(tokens, 1.0)
         extra = self.losses if extra_losses is None else list(extra_losses)
         if extra:
             loss = loss + ops.sum(ops.stack([ops.cast(l, "float32") for l in extra]))
@@ -356,6 +372,6 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         config = super().get_config()
         config.update(bptt=self.bptt, clip_norm=self.clip_norm, weight_decay=self.weight_decay,
                       scale_by_window=self.scale_by_window, carry_state=self.carry_state,
-                      flooding_level=self.flooding_level)
+                      flooding_level=self.flooding_level, loss_reduction=self.loss_reduction)
         return config
 

@@ -2,6 +2,8 @@
 
     zoo.AWDLSTMBackbone   embedding + weight-dropped LSTMs -> every layer's hidden states
     zoo.AWDLSTM           the language model: backbone + output head (a `tflm.LanguageModel`)
+    zoo.ZarembaLSTM       Zaremba et al. 2014 / the TF PTB tutorial's model (`model.kind`
+                          "zaremba"), with its backbone zoo.ZarembaBackbone
     zoo.from_preset(name) the model of a preset; zoo.list_presets(), zoo.load_preset(name)
     zoo.make_head(spec)   an output head by name; zoo.head_names()
     zoo.load_model(path)  a saved zoo model (.keras)
@@ -24,6 +26,8 @@ _EXPORTS = {
     "load_preset": "zoo.presets",
     "load_model": "zoo.saving",
     "transfer_weights": "zoo.transfer",
+    "ZarembaLSTM": "zoo.zaremba",
+    "ZarembaBackbone": "zoo.zaremba_backbone",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -4,14 +4,32 @@ configuration names."""
 from zoo.errors import ConfigError
 
 # Fields of the `training` part that the model itself owns (`tflm.LanguageModel` arguments).
-MODEL_OWNED_TRAINING = ("bptt", "clip_norm", "weight_decay", "seed", "flooding_level")
+MODEL_OWNED_TRAINING = ("bptt", "clip_norm", "weight_decay", "seed", "flooding_level",
+                        "loss_reduction")
+
+# model.kind -> (module, class): the model families a preset can name.
+MODEL_KINDS = {"awd_lstm": ("zoo.awd_lstm", "AWDLSTM"),
+               "zaremba": ("zoo.zaremba", "ZarembaLSTM")}
+
+
+def model_class(config):
+    """The class `model.kind` names ("awd_lstm", the default, or "zaremba")."""
+    import importlib
+    kind = config.get("model", {}).get("kind", "awd_lstm")
+    if kind not in MODEL_KINDS:
+        raise ConfigError(f"unknown model.kind {kind!r}; use one of "
+                          f"{', '.join(sorted(MODEL_KINDS))}.")
+    module, name = MODEL_KINDS[kind]
+    return getattr(importlib.import_module(module), name)
 
 
 def build_model(config, vocab_size, **overrides):
-    """The `zoo.AWDLSTM` of `config`: its `model` part, the training fields the model owns
+    """The model of `config` (`model.kind`: `zoo.AWDLSTM` by default, `zoo.ZarembaLSTM`
+    for "zaremba"): its `model` part, the training fields the model owns
     (`MODEL_OWNED_TRAINING`) unless the model part sets them, then `overrides`."""
-    from zoo.awd_lstm import AWDLSTM
+    cls = model_class(config)
     kwargs = dict(config["model"])
+    kwargs.pop("kind", None)
     training = config.get("training", {})
     for key in MODEL_OWNED_TRAINING:
         if key in training:
@@ -19,7 +37,7 @@ def build_model(config, vocab_size, **overrides):
     kwargs.pop("vocab_size", None)
     kwargs.update(overrides)
     try:
-        return AWDLSTM(vocab_size=int(vocab_size), **kwargs)
+        return cls(vocab_size=int(vocab_size), **kwargs)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"bad model configuration: {err}") from err
 
@@ -42,9 +60,21 @@ def make_optimizer(training):
 
 def make_lr_schedule(training):
     """The `training.when` schedule (`tflm.step_decay.StepDecay`: the learning rate divided
-    by 10 after each listed 1-based epoch, as salesforce/awd-lstm-lm `--when`), or None when
-    the list is absent or empty."""
+    by 10 after each listed 1-based epoch, as salesforce/awd-lstm-lm `--when`), or the
+    `training.lr_decay` one (`tflm.epoch_decay.EpochDecay`: lr * lr_decay ** max(epoch + 1
+    - decay_after, 0), TensorFlow's PTB tutorial), or None when neither is set."""
     when = training.get("when") or []
+    decay = training.get("lr_decay")
+    if when and decay is not None:
+        raise ConfigError("training.when and training.lr_decay both schedule the learning "
+                          "rate; set one of them.")
+    if decay is not None:
+        from tflm.epoch_decay import EpochDecay
+        try:
+            return EpochDecay(decay, int(training.get("decay_after", 0)),
+                              learning_rate=float(training.get("lr", 30.0)))
+        except ValueError as err:
+            raise ConfigError(f"training.lr_decay / decay_after: {err}") from err
     if not when:
         return None
     from tflm.step_decay import StepDecay

@@ -93,7 +93,14 @@ _TRAINING_RULES = (
      "a finite number >= 0 or null (no clipping)"),
     (("max_seq_len", "pad_to_multiple"), lambda v: v is None or _integer(v) and v >= 1,
      "a positive integer or null"),
-    (("partial_shuffle",), lambda v: isinstance(v, bool), "true or false"),
+    (("partial_shuffle", "fixed_windows"), lambda v: isinstance(v, bool), "true or false"),
+    (("lr_decay",), lambda v: v is None or _number(v) and 0 < v <= 1,
+     "a number in (0, 1] (the factor per epoch after training.decay_after epochs) or null"),
+    (("decay_after",), lambda v: _integer(v) and v >= 0,
+     "an integer >= 0 (the epochs at the initial learning rate before lr_decay applies)"),
+    (("loss_reduction",), lambda v: v in ("token_mean", "sum_over_time"),
+     "'token_mean' (NLL averaged over tokens) or 'sum_over_time' (summed over time, "
+     "averaged over streams: TensorFlow's PTB tutorial)"),
     (("when",), lambda v: v is None or _epoch_list(v),
      "a list of 1-based epoch numbers in increasing order after which the learning rate is "
      "divided by 10, e.g. --set training.when=[300,400] (salesforce's --when 300 400), or "

@@ -8,4 +8,5 @@ def load_model(path, **kwargs):
     import keras
 
     import zoo.awd_lstm  # noqa: F401  (registers AWDLSTM, AWDLSTMBackbone and tflm's layers)
+    import zoo.zaremba  # noqa: F401  (registers ZarembaLSTM, ZarembaBackbone)
     return keras.saving.load_model(path, **kwargs)

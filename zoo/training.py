@@ -227,7 +227,10 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
         train_ids = corpus.train
         if training.get("partial_shuffle"):  # Press 2019: new stream offsets every epoch
             train_ids = data.partial_shuffle(data.batchify(corpus.train, batch), seed, epoch)
-        train_ds = distribute.lm_dataset_for(strategy, train_ids, batch, bptt, train=True,
+        # fixed_windows: every training window is bptt long (TensorFlow's PTB tutorial),
+        # else the AWD-LSTM family's random lengths
+        train_ds = distribute.lm_dataset_for(strategy, train_ids, batch, bptt,
+                                             train=not training.get("fixed_windows", False),
                                              seed=seed, epoch=epoch, max_len=max_len,
                                              pad_to_multiple=pad)
         try:

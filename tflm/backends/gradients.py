@@ -3,6 +3,7 @@
 Reference: salesforce/awd-lstm-lm main.py `train`. After the backend has differentiated
 
     loss  = mean NLL over the window's tokens + sum(model.losses)      (AR, TAR, DOC's CV, ...)
+            (loss_reduction="sum_over_time": the NLL summed over time, averaged over streams)
 
 and summed the gradients over replicas, `process_gradients` does, in this order:
 

@@ -1,6 +1,7 @@
 """Public Keras layers of tflm (all registered under the "tflm" serialization package)."""
 
 from tflm.layers.embedding import TiedEmbedding
+from tflm.layers.low_rank import LowRankProjection
 from tflm.layers.head import LogProbHead
 from tflm.layers.candidate_sampler import CandidateSampler
 from tflm.layers.softmax import SoftmaxLayer

@@ -6,6 +6,7 @@ from keras import ops
 from tflm.layers.advsoft import adversarial_logits
 from tflm.layers.candidate_sampler import CandidateSampler
 from tflm.layers.embedding import TiedEmbedding
+from tflm.layers.low_rank import LowRankProjection
 from tflm.losses import importance_sampled_log_probs
 
 
@@ -71,14 +72,20 @@ class LogProbHead(keras.layers.Layer):
             every position (one matmul; the usual sampled softmax); False: k words per
             position (the reference CNF code's). None: the head's default
             (`shares_samples_by_default`).
+        output_rank: r for an untied projection factorized as W = W1 W2 (V x r)(r x d)
+            (`tflm.layers.LowRankProjection`, Zhang 2018 §7.3), for heads that support it
+            (`supports_factorization`: softmax, MoS, MoC). None (default): a full (d, V)
+            kernel.
     """
 
     supports_adversarial = False
     supports_sampling = False
+    supports_factorization = False
     shares_samples_by_default = True
 
     def __init__(self, embedding=None, vocab_size=None, adversarial_alpha=0.0,
-                 num_samples=None, sampling_seed=None, shared_samples=None, **kwargs):
+                 num_samples=None, sampling_seed=None, shared_samples=None, output_rank=None,
+                 **kwargs):
         super().__init__(**kwargs)
         adversarial_alpha = float(adversarial_alpha)
         if not adversarial_alpha >= 0.0:
@@ -119,6 +126,21 @@ class LogProbHead(keras.layers.Layer):
         self.sampling_seed = sampling_seed
         self.shared_samples = bool(self.shares_samples_by_default if shared_samples is None
                                    else shared_samples)
+        if output_rank is not None:
+            if not self.supports_factorization:
+                raise ValueError(f"{type(self).__name__} does not implement a factorized "
+                                 "projection; output_rank applies to SoftmaxLayer, MoSLayer "
+                                 "and MoCLayer.")
+            if embedding is not None:
+                raise ValueError(f"{type(self).__name__}: output_rank={output_rank} factorizes "
+                                 "an untied projection; a tied head uses the embedding matrix. "
+                                 "Untie the head (vocab_size=V) or drop output_rank.")
+            if isinstance(output_rank, bool) or not isinstance(output_rank, int) \
+                    or output_rank < 1:
+                raise ValueError(f"{type(self).__name__}: output_rank must be a positive "
+                                 f"integer (256 in Zhang 2018); got {output_rank!r}.")
+        self.output_rank = output_rank
+        self.factorized = None
         self.sampler = None
         if self.num_samples is not None:
             self.sampler = CandidateSampler(self.vocab_size, self.num_samples,
@@ -182,6 +204,8 @@ class LogProbHead(keras.layers.Layer):
         matrix, or columns of the untied kernel."""
         if self.tied:
             return self.embedding.target_vectors(ids)
+        if self.factorized is not None:
+            return self.factorized.target_vectors(ids)
         return ops.take(ops.transpose(ops.cast(self.kernel, "float32")),
                         ops.cast(ids, "int32"), axis=0)
 
@@ -199,6 +223,12 @@ class LogProbHead(keras.layers.Layer):
                     f"embed_dim={self.embedding.embed_dim}; got {input_dim}. Make the last "
                     "layer's size equal to the embedding size, or untie the head.")
             return
+        if self.output_rank is not None:
+            self.factorized = LowRankProjection(self.vocab_size, self.output_rank,
+                                                name="low_rank_projection")
+            self.factorized.build((int(input_dim),))
+            self.bias = self.factorized.bias
+            return
         self.kernel = self.add_weight(shape=(int(input_dim), self.vocab_size), name="kernel",
                                       initializer="glorot_uniform")
         self.bias = self.add_weight(shape=(self.vocab_size,), name="bias", initializer="zeros")
@@ -209,6 +239,8 @@ class LogProbHead(keras.layers.Layer):
         adversarial term (`tflm.layers.advsoft.adversarial_logits`)."""
         if self.tied:
             logits = self.embedding.reverse(h)
+        elif self.factorized is not None:
+            logits = self.factorized(h)
         else:
             logits = ops.matmul(h, ops.cast(self.kernel, h.dtype)) + ops.cast(self.bias,
                                                                              h.dtype)
@@ -239,6 +271,8 @@ class LogProbHead(keras.layers.Layer):
         config["vocab_size"] = self.vocab_size
         if self.supports_adversarial:
             config["adversarial_alpha"] = self.adversarial_alpha
+        if self.output_rank is not None:
+            config["output_rank"] = self.output_rank
         if self.supports_sampling:
             config.update(num_samples=self.num_samples, sampling_seed=self.sampling_seed,
                           shared_samples=self.shared_samples)

@@ -66,10 +66,13 @@ def sequential_mixture_log_probs(component_logits, log_prior, num_components):
 class _MixtureBase(LogProbHead):
     """Shared parameterization of MoS and MoC: latent Dense(K*L)+tanh and prior Dense(K)."""
 
+    supports_factorization = True
+
     def __init__(self, num_experts, embedding=None, vocab_size=None, latent_dim=None,
-                 latent_dropout=0.0, seed=None, init="keras", **kwargs):
+                 latent_dropout=0.0, seed=None, init="keras", prior_bias=False, **kwargs):
         super().__init__(embedding=embedding, vocab_size=vocab_size, **kwargs)
         name = type(self).__name__
+        self.prior_bias = bool(prior_bias)
         self.init = check_init(name, init)
         self.num_experts = _check_positive_int(name, "num_experts", num_experts)
         self.latent_dim = _check_positive_int(name, "latent_dim", latent_dim, allow_none=True)
@@ -108,6 +111,9 @@ class _MixtureBase(LogProbHead):
             initializer=torch_uniform(input_dim) if torch_init else "zeros")
         self.prior_kernel = self.add_weight(
             shape=(input_dim, self.num_experts), name="prior_kernel", initializer=kernel_init)
+        self.prior_bias_weight = (self.add_weight(shape=(self.num_experts,), name="prior_bias",
+                                                  initializer="zeros")
+                                  if self.prior_bias else None)
         self.build_projection(size)
         self.built = True
 
@@ -118,8 +124,12 @@ class _MixtureBase(LogProbHead):
         return self.dropout(h, training=training)
 
     def prior_logits(self, g):
-        """Unnormalized mixture weights g W_pi (no bias), `(batch, time, K)`, float32."""
-        return ops.cast(ops.matmul(g, ops.cast(self.prior_kernel, g.dtype)), "float32")
+        """Unnormalized mixture weights g W_pi (+ b_pi with `prior_bias`), `(batch, time,
+        K)`, float32."""
+        logits = ops.cast(ops.matmul(g, ops.cast(self.prior_kernel, g.dtype)), "float32")
+        if self.prior_bias_weight is not None:
+            logits = logits + ops.cast(self.prior_bias_weight, "float32")
+        return logits
 
     def mixture_weights(self, g):
         """pi = softmax(g W_pi), `(batch, time, K)`, float32 (for analysis)."""
@@ -132,6 +142,8 @@ class _MixtureBase(LogProbHead):
         config = super().get_config()
         config.update(num_experts=self.num_experts, latent_dim=self.latent_dim,
                       latent_dropout=self.latent_dropout, seed=self.seed, init=self.init)
+        if self.prior_bias:  # only when on: earlier saved configs stay as they were
+            config["prior_bias"] = True
         return config
 
 
@@ -174,6 +186,12 @@ class MoSLayer(_MixtureBase):
             reference's nn.Linear initialisation, `tflm.layers.init`).
         mixture: "batched" (default: all components in one (B, T, K, V) tensor) or
             "sequential" (one component at a time; less memory, K smaller matmuls).
+        prior_bias: pi = softmax(W_pi g + b_pi), a trained prior bias (Zhang 2018's MoS on
+            the Zaremba baselines, whose parameter counts include it). Default False (the
+            reference MoS code's prior has none).
+        output_rank: r: an untied decoder factorized as W1 W2 (V x r)(r x L), shared by
+            the K components (Zhang 2018 eq. 7.2; `tflm.layers.LowRankProjection`).
+            Default None.
         adversarial_alpha: AdvSoft's alpha (0 = off), applied to every component's target
             logit with that component's h_{c,k}, as the AdvSoft MoS code does (its
             `--epsilon`, 0.005; 0.028 in its finetuning commands); training only, given

@@ -28,6 +28,8 @@ class SoftmaxLayer(LogProbHead):
         num_samples: k for sampled-softmax training; None (default) trains on the full
             softmax.
         sampling_seed: seed of the candidate sampler.
+        output_rank: r: an untied projection factorized as W1 W2 (V x r)(r x d), rank of
+            the log-probabilities <= r + 2 (`tflm.layers.LowRankProjection`). Default None.
 
     Input shape: `(batch, time, d)`. Output shape: `(batch, time, V)`, float32.
 
@@ -40,6 +42,7 @@ class SoftmaxLayer(LogProbHead):
 
     supports_adversarial = True
     supports_sampling = True
+    supports_factorization = True
 
     def build(self, input_shape):
         self.build_projection(input_shape[-1])

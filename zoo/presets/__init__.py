@@ -1,7 +1,8 @@
 """Presets: JSON files in this folder, named after what they reproduce.
 
 A preset has four parts: `description`, `corpus` (name, or a synthetic-language spec),
-`model` (keyword arguments of `zoo.AWDLSTM`, `head` included) and `training` (batch sizes,
+`model` (keyword arguments of `zoo.AWDLSTM`, `head` included; with `"kind": "zaremba"`
+those of `zoo.ZarembaLSTM`) and `training` (batch sizes,
 bptt, optimizer and schedule), plus `published` numbers where the preset reproduces a paper.
 """
 
@@ -33,7 +34,8 @@ def load_preset(name):
 
 
 def from_preset(name, vocab_size=None, **overrides):
-    """Build the `zoo.AWDLSTM` of preset `name`; keyword overrides replace model fields.
+    """Build the model of preset `name` (`zoo.AWDLSTM`, or the class its `model.kind`
+    names); keyword overrides replace model fields.
 
     `vocab_size` defaults to the preset's corpus vocabulary size (`corpus.vocab_size`).
     Training fields the model owns (`bptt`, `clip_norm`, `weight_decay`, `seed`,

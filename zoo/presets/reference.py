@@ -21,6 +21,13 @@ rule; MoS and DOC cap the window at bptt + max_seq_len_delta, salesforce does no
 Only salesforce's main.py has `--optimizer` (sgd: SGD, then ASGD on the non-monotonic rule;
 adam: Adam, never averaged) and `--when` (nargs="+", default [-1] = never: the learning rate
 divided by 10 after each listed epoch; our `training.when`, `tflm.step_decay`).
+
+The Zhang 2018 presets (`zaremba_*`, `model.kind` "zaremba") mirror TensorFlow's PTB tutorial
+(tensorflow/models tutorials/rnn/ptb/ptb_word_lm.py, `--model=small|medium|large`: its
+SmallConfig / MediumConfig / LargeConfig, = the thesis' Table A.1) with the thesis' changes
+in `reference.changes` (tutorial config names, plus `num_components` K for MoS,
+`tie_weights`, `output_bias`, `output_rank`); `--model=zhang_random_search` names the
+thesis' Table A.2 result, the base of its BM / BMLG models (not a tutorial config).
 """
 
 import shlex
@@ -71,6 +78,55 @@ THESIS_TABLE_4_3 = {
 }
 _THESIS_COMMON = dict(_AWD, epochs=1000, dropoutl=0.29, n_experts=15, switch_epoch=200,
                       max_seq_len_delta=40)  # lmkit's cli_parser default, applied to every model
+
+
+# ptb_word_lm.py's configs (and Zhang 2018 Table A.2's random-search result): init_scale,
+# learning_rate, max_grad_norm, num_layers, num_steps, hidden_size, max_epoch,
+# max_max_epoch, keep_prob, lr_decay, batch_size.
+_TUTORIAL_KEYS = ("init_scale", "learning_rate", "max_grad_norm", "num_layers", "num_steps",
+                  "hidden_size", "max_epoch", "max_max_epoch", "keep_prob", "lr_decay",
+                  "batch_size")
+TUTORIAL_CONFIGS = {
+    "small": dict(zip(_TUTORIAL_KEYS, (0.1, 1.0, 5.0, 2, 20, 200, 4, 13, 1.0, 0.5, 20))),
+    "medium": dict(zip(_TUTORIAL_KEYS, (0.05, 1.0, 5.0, 2, 35, 650, 6, 39, 0.5, 0.8, 20))),
+    "large": dict(zip(_TUTORIAL_KEYS, (0.04, 1.0, 10.0, 2, 35, 1500, 14, 55, 0.35, 1 / 1.15,
+                                       20))),
+    "zhang_random_search": dict(zip(_TUTORIAL_KEYS, (0.02, 1.0, 7.2919, 3, 40, 900, 51, 100,
+                                                     0.4411, 0.8, 28)), num_components=14),
+}
+
+
+def _tutorial_settings(preset):
+    """What ptb_word_lm.py `--model=NAME` (+ the thesis' `reference.changes`) sets."""
+    ref = preset["reference"]
+    words = dict(w[2:].split("=", 1) for w in shlex.split(ref["train"]) if w.startswith("--")
+                 and "=" in w)
+    name = words.get("model", "small")
+    if name not in TUTORIAL_CONFIGS:
+        raise ConfigError(f"reference command: --model={name}; known: "
+                          f"{', '.join(TUTORIAL_CONFIGS)}")
+    flags = dict(TUTORIAL_CONFIGS[name])
+    flags.update(ref.get("changes", {}))
+    k = int(flags.get("num_components", 0))
+    out = {"model.kind": "zaremba", "model.hidden_dim": flags["hidden_size"],
+           "model.num_layers": flags["num_layers"], "model.dropout": 1.0 - flags["keep_prob"],
+           "model.init_scale": flags["init_scale"],
+           "model.tie_weights": bool(flags.get("tie_weights", False)),
+           "model.head.type": "mos" if k else "softmax",
+           "model.head.output_rank": flags.get("output_rank"),
+           "training.optimizer": "sgd", "training.lr": flags["learning_rate"],
+           "training.clip_norm": flags["max_grad_norm"],
+           "training.batch_size": flags["batch_size"], "training.bptt": flags["num_steps"],
+           "training.epochs": flags["max_max_epoch"],
+           "training.decay_after": flags["max_epoch"], "training.lr_decay": flags["lr_decay"],
+           # the tutorial validates with the training config, tests at batch 1
+           "training.eval_batch_size": flags["batch_size"], "training.test_batch_size": 1,
+           "training.loss_reduction": "sum_over_time", "training.fixed_windows": True}
+    if flags.get("tie_weights"):
+        out["model.output_bias"] = bool(flags.get("output_bias", True))
+    if k:
+        out.update({"model.head.num_experts": k, "model.head.prior_bias": True})
+    return out
 
 
 def parse_command(command, defaults):
@@ -152,6 +208,8 @@ def implied_settings(preset):
         return {}
     if "table" in ref:
         return _thesis_settings(preset)
+    if ref.get("code") == "tensorflow/models":
+        return _tutorial_settings(preset)
     code = ref["code"]
     if code not in REFERENCE_DEFAULTS:
         raise ConfigError(f"reference.code {code!r}: no defaults recorded for it; known: "
