@@ -183,7 +183,8 @@ def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), dat
     rows = [run_trial(index, record, config, out, data_dir, verbose)
             for index, record, config in plans]
     title = (f"Random search: preset {preset}, space {space.get('name')}, seed {seed}, "
-             f"{trials} trials" + (f" of {epochs} epochs" if epochs else ""))
+             f"{trials} trial{'s' * (trials != 1)}"
+             + (f" of {epochs} epoch{'s' * (epochs != 1)}" if epochs else ""))
     table = summary_table(rows, title)
     (out / "summary.md").write_text(table)
     print(table)
