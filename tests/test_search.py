@@ -142,3 +142,40 @@ def test_the_readme_space_example_is_a_valid_space():
     example = re.search(r"`(\{\"fields\": .*?\]\})`", text, flags=re.S).group(1)
     space = check_space(json.loads(" ".join(example.split())))
     assert sample(space, 0, 0)["model.head.type"] in ("softmax", "mos")
+
+
+@pytest.mark.slow  # ~15 s of CPU: two 2-epoch trials, one interrupted
+def test_an_interrupted_trial_resumes_and_a_diverged_one_is_listed_last(tmp_path, capsys,
+                                                                          monkeypatch):
+    from zoo import checkpoint
+    space_file = tmp_path / "space.json"
+    space_file.write_text(json.dumps({"fields": {"training.lr": {"choice": [20.0, 1e38]}}}))
+    argv = ["--preset", "synthetic", "--space", str(space_file), "--trials", "2",
+            "--seed", "1", "--out", str(tmp_path / "s"), "--epochs", "2", "--quiet",
+            "--set", "training.clip_norm=null", "--set", "model.hidden_dim=16",
+            "--set", "training.batch_size=8"]
+    for item in TINY:
+        argv += ["--set", item]
+    lrs = [sample(check_space(json.loads(space_file.read_text())), 1, i)["training.lr"]
+           for i in range(2)]
+    assert sorted(lrs) == [20.0, 1e38]  # seed 1 draws one of each
+    save = checkpoint.save_checkpoint
+
+    def save_then_interrupt(*args, **kwargs):
+        save(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint, "save_checkpoint", save_then_interrupt)
+        assert search.main(argv) == 130
+    assert "same command continues" in capsys.readouterr().err
+    first = tmp_path / "s" / "trial_000"
+    assert search.trial_state(first) == "interrupted"
+    assert search.main(argv) == 0
+    good, bad = (0, 1) if lrs[0] == 20.0 else (1, 0)
+    metrics = json.loads((tmp_path / "s" / f"trial_{good:03d}" / "metrics.json").read_text())
+    assert [h["epoch"] for h in metrics["history"]] == [1, 2]
+    assert search.trial_state(tmp_path / "s" / f"trial_{bad:03d}") == "diverged"
+    rows = [l for l in (tmp_path / "s" / "summary.md").read_text().splitlines()
+            if "trial_" in l]
+    assert f"trial_{good:03d}" in rows[0] and "diverged" in rows[1]
