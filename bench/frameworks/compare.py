@@ -144,9 +144,11 @@ def resolve_config(preset, overrides=(), no_dropout=False, lstm_kernel="auto"):
     # The native peer (torch_native) has one trained LSTM bias, as Keras: a reproduction
     # preset's PyTorch parametrization (lstm_biases=2) is compared in that form here; parity
     # with the reference code itself is tests/test_reference_parity.py's job.
-    config["model"]["lstm_biases"] = 1
+    zaremba = config["model"].get("kind") == "zaremba"  # the PTB tutorial's model
+    if not zaremba:
+        config["model"]["lstm_biases"] = 1
     if no_dropout:
-        for key in DROPOUTS:
+        for key in (("dropout",) if zaremba else DROPOUTS):
             config["model"][key] = 0.0
         if isinstance(config["model"].get("head"), dict) and \
                 "latent_dropout" in config["model"]["head"]:

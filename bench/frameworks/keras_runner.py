@@ -146,10 +146,14 @@ def run_keras(spec):
         ppl0, _, _ = evaluate(model, valid, backend, pad)
         curve = [{"epoch": 0, "train_time_s": 0.0, "val_perplexity": ppl0}]
         elapsed = 0.0
+        # training.when / lr_decay (the PTB tutorial's per-epoch decay), as zoo.train
+        from zoo.builders import make_lr_schedule
+        schedule = [c for c in [make_lr_schedule(config["training"])] if c is not None]
         for epoch in range(int(spec["epochs"])):
             windows = Windows(train_streams, s["bptt"], window_rule(spec, s, epoch))
             t0 = time.perf_counter()
-            hist = model.fit(windows.dataset(backend, pad), epochs=1, verbose=0)
+            hist = model.fit(windows.dataset(backend, pad), initial_epoch=epoch,
+                             epochs=epoch + 1, verbose=0, callbacks=schedule)
             seconds = time.perf_counter() - t0
             elapsed += seconds
             val, _, _ = evaluate(model, valid, backend, pad)

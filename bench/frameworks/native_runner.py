@@ -16,6 +16,16 @@ from bench.frameworks.start import training_settings
 from bench.frameworks.timing import StepRecord, step_summary
 
 
+def epoch_rate(training, lr, epoch):
+    """The learning rate of the 0-based `epoch` under `training.lr_decay` (the PTB
+    tutorial's per-epoch decay after `decay_after` epochs; `tflm.epoch_decay`), else lr.
+    (`training.when` is not mirrored here.)"""
+    if training.get("lr_decay") is None:
+        return lr
+    from tflm.epoch_decay import decayed_rate
+    return decayed_rate(lr, training["lr_decay"], int(training.get("decay_after", 0)), epoch)
+
+
 def _windows(array):
     return [(int(a), int(b)) for a, b in array]
 
@@ -48,7 +58,8 @@ def run_native(spec):
     model.set_seed(s["seed"])
     autocast = torch.bfloat16 if spec["precision"] == "mixed_bfloat16" else None
     trainer = NativeTrainer(model, s["lr"], s["bptt"], s["clip_norm"], s["weight_decay"],
-                            autocast_dtype=autocast)
+                            autocast_dtype=autocast, loss_reduction=s["loss_reduction"],
+                            scale_by_window=s["scale_by_window"])
     if spec["jit"]:
         trainer.forward = torch.compile(model)
     rss_built = rss_mib()
@@ -124,6 +135,7 @@ def run_native(spec):
         curve = [{"epoch": 0, "train_time_s": 0.0, "val_perplexity": ppl0}]
         elapsed = 0.0
         for epoch in range(int(spec["epochs"])):
+            trainer.lr = epoch_rate(config["training"], s["lr"], epoch)
             ws = _windows(data[f"train_windows_{epoch}"])
             t0 = time.perf_counter()
             nll = train_pass(ws)
@@ -138,7 +150,9 @@ def run_native(spec):
 
     on_gpu = device.type == "cuda"
     result.update(
-        params=int(sum(p.numel() for p in model.parameters())), on_gpu=on_gpu,
+        # trained parameters (the Zaremba peer's LSTMs hold an untrained zero b_hh)
+        params=int(sum(p.numel() for p in model.parameters() if p.requires_grad)),
+        on_gpu=on_gpu,
         device=device_name, versions=versions("torch-native"),
         jit="torch.compile" if spec["jit"] else "eager", lstm_kernel="fused",
         cudnn=("yes" if on_gpu and torch.backends.cudnn.is_available()

@@ -27,9 +27,13 @@ def flops_per_token(config, vocab_size):
     (tied). Forward = 2 P FLOPs per token, training (forward + backward) = 6 P.
     """
     m = config["model"]
+    zaremba = m.get("kind") == "zaremba"  # embedding = hidden size, untied by default
     embed, hidden = int(m.get("embed_dim", 400)), int(m.get("hidden_dim", 1150))
-    layers = int(m.get("num_layers", 3))
-    tied = bool(m.get("tie_weights", True))
+    if zaremba:
+        hidden = int(m.get("hidden_dim", 200))
+        embed = hidden
+    layers = int(m.get("num_layers", 2 if zaremba else 3))
+    tied = bool(m.get("tie_weights", not zaremba))
     last = int(m.get("last_dim") or (embed if tied else hidden))
     lstm = 0
     for i in range(layers):
@@ -39,13 +43,15 @@ def flops_per_token(config, vocab_size):
     name, opts = _head_spec(m)
     latent = embed if tied else last
     v = int(vocab_size)
+    rank = opts.get("output_rank")  # a factorized decoder: V r + r L instead of V L
+    decoder = v * latent if not rank else int(rank) * (v + latent)
     if name in ("mos", "moc"):
         k = int(opts.get("num_experts", 15))
-        head = last * k * latent + last * k + (k * v * latent if name == "mos" else v * latent)
+        head = last * k * latent + last * k + (k * decoder if name == "mos" else decoder)
     elif name == "doc":
         head = None
     else:
-        head = v * latent
+        head = decoder
     if head is None:
         return {"lstm_params": lstm, "head_params": None, "params_per_token": None,
                 "train_flops_per_token": None, "eval_flops_per_token": None,

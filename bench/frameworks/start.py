@@ -23,12 +23,18 @@ def training_settings(config):
         "weight_decay": float(training.get("weight_decay", 0.0)),
         "seed": int(training.get("seed", 0)),
         "max_len": training.get("max_seq_len"),
+        # the PTB tutorial's semantics (`zoo.ZarembaLSTM`'s defaults when its preset is one)
+        "fixed_windows": bool(training.get("fixed_windows", False)),
+        "loss_reduction": training.get("loss_reduction", "token_mean"),
+        "scale_by_window": bool(config["model"].get(
+            "scale_by_window", config["model"].get("kind") != "zaremba")),
     }
 
 
 def window_rule(spec, settings, epoch):
     """The `tflm.data` window arguments of one training epoch of the comparison."""
-    return {"train": spec.get("window_lengths", "variable") == "variable",
+    return {"train": (spec.get("window_lengths", "variable") == "variable"
+                      and not settings.get("fixed_windows", False)),
             "seed": settings["seed"], "epoch": epoch, "max_len": settings["max_len"]}
 
 

@@ -261,8 +261,13 @@ class NativeAWDLSTM(nn.Module):
 
 
 def from_model_config(model_cfg, vocab_size, seed=None):
-    """A `NativeAWDLSTM` from a preset's `model` part (the `zoo.AWDLSTM` arguments)."""
+    """A `NativeAWDLSTM` from a preset's `model` part (the `zoo.AWDLSTM` arguments), or a
+    `bench.frameworks.torch_zaremba.NativeZaremba` for `"kind": "zaremba"`."""
+    if model_cfg.get("kind", "awd_lstm") == "zaremba":
+        from bench.frameworks.torch_zaremba import from_zaremba_config
+        return from_zaremba_config(model_cfg, vocab_size, seed=seed)
     cfg = dict(model_cfg)
+    cfg.pop("kind", None)
     head = cfg.pop("head", "softmax")
     head_kwargs = {}
     if isinstance(head, dict):
@@ -296,9 +301,14 @@ class NativeTrainer:
 
     step: loss = NLL mean + AR + TAR; backward; clip_grad_norm_(clip); SGD step with
     lr * T / bptt and L2 weight_decay (torch.optim.SGD). The state is carried (detached).
+    `loss_reduction="sum_over_time"` trains on the NLL summed over time and averaged over
+    the streams, `scale_by_window=False` keeps lr for every window (TensorFlow's PTB
+    tutorial, `zoo.ZarembaLSTM`).
     """
 
-    def __init__(self, model, lr, bptt, clip_norm=0.25, weight_decay=0.0, autocast_dtype=None):
+    def __init__(self, model, lr, bptt, clip_norm=0.25, weight_decay=0.0, autocast_dtype=None,
+                 loss_reduction="token_mean", scale_by_window=True):
+        self.loss_reduction, self.scale_by_window = loss_reduction, bool(scale_by_window)
         self.model = model
         self.lr, self.bptt = float(lr), int(bptt)
         self.clip_norm = clip_norm
@@ -329,12 +339,15 @@ class NativeTrainer:
             log_probs, new_states, extra = self.forward(x, states)
         nll = F.nll_loss(log_probs.reshape(-1, log_probs.shape[-1]), y.reshape(-1))
         loss = nll + extra
+        if self.loss_reduction == "sum_over_time":  # sum_t mean_b NLL = T * token mean
+            loss = nll * x.shape[1] + extra
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.clip_norm:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), self.clip_norm)
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
+                                           self.clip_norm)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr * x.shape[1] / self.bptt
+            group["lr"] = self.lr * (x.shape[1] / self.bptt if self.scale_by_window else 1.0)
         self.optimizer.step()
         self.train_states = [(h.detach(), c.detach()) for h, c in new_states]
         return loss.detach(), nll.detach()
