@@ -53,16 +53,21 @@ def test_lapack_runs_in_the_matrix_dtype():
     np.testing.assert_array_equal(a, _gaussian(400, 120, seed=4))  # input untouched
 
 
-def test_auto_uses_lapack_in_memory_and_tsqr_for_files(tmp_path):
+def test_auto_uses_lapack_in_memory_and_for_files_that_fit_else_tsqr(tmp_path):
     a = _gaussian(300, 50, seed=5)
     assert singular_values(a).method == "lapack"
     path = tmp_path / "q.npy"
     np.save(path, a)
     res = singular_values(path)
-    assert res.method == "tsqr" and res.exact and res.source == str(path)
+    assert res.method == "lapack" and res.exact and res.source == str(path)
     assert "gram's error floor" in res.note  # Gaussian: auto tried gram, which refused
     np.testing.assert_allclose(res.values, scipy.linalg.svdvals(a.astype(np.float64)),
                                rtol=1e-6)
+    res = singular_values(path, memory_fraction=0.0)  # does not fit: streamed TSQR
+    assert res.method == "tsqr" and res.note.startswith("auto: used tsqr")
+    np.testing.assert_allclose(res.values, scipy.linalg.svdvals(a.astype(np.float64)),
+                               rtol=1e-6)
+    assert singular_values(a, memory_fraction=0.0).method == "tsqr"  # in memory, too big
 
 
 @pytest.mark.parametrize("kind", ["path", "memmap", "memmap-view", "fortran", "float16"])

@@ -120,7 +120,7 @@ def test_float64_press_threshold_is_refused_before_reading():
         singular_values(a, method="gram")
 
 
-def test_flat_spectrum_is_refused_and_auto_falls_back_to_tsqr(tmp_path):
+def test_flat_spectrum_is_refused_and_auto_falls_back(tmp_path):
     """A Gaussian matrix has ||Q||_F^2 / s_max^2 ~ N: its floor lies above Press."""
     a = np.random.default_rng(8).standard_normal((3000, 400)).astype(np.float32)
     assert gram_floor(a.shape, 512) < press_threshold(1.0, a.shape, "float32")  # a priori ok
@@ -128,7 +128,12 @@ def test_flat_spectrum_is_refused_and_auto_falls_back_to_tsqr(tmp_path):
         singular_values(a, method="gram")
     path = tmp_path / "gauss.npy"
     np.save(path, a)
-    res = singular_values(path)  # auto on a file: gram tried, refused, TSQR used
+    res = singular_values(path)  # auto on a file: gram tried, refused, LAPACK (it fits)
+    assert res.method == "lapack" and res.floor is None
+    assert res.note.startswith("auto: used lapack, as gram's error floor")
+    np.testing.assert_allclose(res.values, scipy.linalg.svdvals(a.astype(np.float64)),
+                               rtol=1e-5)
+    res = singular_values(path, memory_fraction=0.0)  # would not fit: TSQR
     assert res.method == "tsqr" and res.floor is None
     assert res.note.startswith("auto: used tsqr, as gram's error floor")
     assert "Press threshold" in res.note
@@ -145,11 +150,13 @@ def test_auto_picks_gram_for_files_it_resolves(tmp_path):
     assert res.method == "gram" and res.note == "" and res.floor is not None
     assert press_rank(res.values, a.shape, "float32") == expected
     assert singular_values(a).method == "lapack"  # small, in memory: the thesis' LAPACK
-    assert singular_values(path, dtype="float32").method == "tsqr"  # gram is float64 only
+    assert singular_values(path, dtype="float32").method == "lapack"  # gram: float64 only
+    assert singular_values(path, dtype="float32", memory_fraction=0.0).method == "tsqr"
     a64 = tmp_path / "q64.npy"
     np.save(a64, a.astype(np.float64))
     res64 = singular_values(a64)  # float64 Press threshold: never gram, not even tried
-    assert res64.method == "tsqr" and res64.note == ""
+    assert res64.method == "lapack" and res64.note == ""
+    assert singular_values(a64, memory_fraction=0.0).method == "tsqr"
 
 
 # ------------------------------------------------------------------ streaming

@@ -30,11 +30,13 @@ Methods:
 - ``"auto"``: exact. ``"lapack"`` when Q is an in-memory array and a working copy plus the
   LAPACK workspace takes less than `memory_fraction` (1/4) of the available RAM
   (``MemAvailable`` in /proc/meminfo): the thesis' float32 ``sgesdd``, bit for bit. For
-  paths, memmaps and large arrays ``"gram"`` (2.5x faster than TSQR and 2x faster than
-  LAPACK at 82,430 x 5,000 in bench/RESULTS_svd.md) when its floor can lie below the
-  requested threshold, falling back to ``"tsqr"`` when the matrix's own floor does not
-  (the result's ``note`` says so); ``"tsqr"`` directly for float64 matrices,
-  ``dtype="float32"`` and ``device="gpu"``.
+  paths, memmaps and large arrays the fastest exact method that applies: ``"gram"`` (2.5x
+  faster than TSQR and 2x faster than LAPACK at 82,430 x 5,000 in
+  bench/RESULTS_svd_gram.md) when its floor can lie below the requested threshold; else,
+  or when the matrix's own floor does not (the result's ``note`` says so), ``"lapack"`` on
+  the matrix read into memory when it fits as above (1.3x faster than TSQR there), and
+  ``"tsqr"`` when it does not. Float64 matrices, ``dtype="float32"`` and ``device="gpu"``
+  never use gram; files on a GPU use ``"tsqr"``.
 
 Error bound of ``"gram"`` (M >= N; a wide Q is streamed as Q^T; sigma_i are the exact
 singular values of the stored matrix, u = 2^-53, first order in u):
@@ -263,16 +265,26 @@ def _lapack_dtype(q_dtype, dtype):
     return dt
 
 
-def _choose_method(src, dtype, memory_fraction):
-    if not src.in_memory:
-        return "tsqr"
+def _lapack_fits(src, dtype, memory_fraction):
+    """Whether a working copy of Q plus LAPACK's workspace takes less than
+    `memory_fraction` of the available RAM."""
     cdt = _lapack_dtype(src.dtype, dtype)
     m, n = src.shape
     need = m * n * cdt.itemsize + 2 * min(m, n) ** 2 * cdt.itemsize
     avail = available_memory_bytes()
-    if avail is not None and need < memory_fraction * avail:
-        return "lapack"
-    return "tsqr"
+    return avail is not None and need < memory_fraction * avail
+
+
+def _choose_method(src, dtype, memory_fraction, device, gram_resolves):
+    """`"auto"`'s exact method: LAPACK for arrays in memory (the thesis' sgesdd); for files
+    the Gram matrix when it can resolve the threshold, else LAPACK when Q fits in memory,
+    else TSQR (always TSQR on a GPU for files, whose memory we do not measure)."""
+    fits = _lapack_fits(src, dtype, memory_fraction)
+    if src.in_memory:
+        return "lapack" if fits else ("gram" if gram_resolves else "tsqr")
+    if gram_resolves:
+        return "gram"
+    return "lapack" if fits and device == "cpu" else "tsqr"
 
 
 class _Progress:
@@ -634,7 +646,8 @@ def singular_values(q, method="auto", block_rows=None, dtype=None, device=None,
             value, as a fraction of s_max, that must be resolved. Default: the Press
             threshold of Q's dtype, 0.5 sqrt(M + N + 1) eps (the numpy-rank threshold is
             larger). ``"gram"`` raises `GramFloorError` (a ValueError) when its floor lies
-            above it; ``"auto"`` then uses ``"tsqr"``.
+            above it; ``"auto"`` then uses ``"lapack"`` (if Q fits in memory) or
+            ``"tsqr"``.
 
     Returns:
         `SpectrumResult` (``.values`` float64, descending; ``.floor`` for gram).
@@ -657,11 +670,10 @@ def singular_values(q, method="auto", block_rows=None, dtype=None, device=None,
     auto = method == "auto"
     want_rel, asked = _check_min_resolved(min_resolved, src.shape, src.dtype)
     if auto:
-        method = _choose_method(src, dtype, memory_fraction)
         float64 = dtype is None or np.dtype(dtype) == np.float64
-        if method == "tsqr" and dev == "cpu" and float64 \
-                and gram_floor(src.shape, _gram_block(src, block_rows)) <= want_rel:
-            method = "gram"
+        gram_resolves = dev == "cpu" and float64 \
+            and gram_floor(src.shape, _gram_block(src, block_rows)) <= want_rel
+        method = _choose_method(src, dtype, memory_fraction, dev, gram_resolves)
     t0 = time.perf_counter()
     used_block, floor, note = None, None, ""
     if method == "lapack":
@@ -683,11 +695,16 @@ def singular_values(q, method="auto", block_rows=None, dtype=None, device=None,
         except GramFloorError as exc:
             if not auto:
                 raise
-            note = (f"auto: used tsqr, as gram's error floor {exc.floor:.3g} s_max lies above "
-                    f"the threshold to resolve, {exc.requested:.3g} s_max ({asked})")
-            method, floor = "tsqr", None
-            values, cdt, used_block = _tsqr(src, dtype, block_rows, dev, progress,
-                                              check_finite)
+            method = "lapack" if _lapack_fits(src, dtype, memory_fraction) else "tsqr"
+            note = (f"auto: used {method}, as gram's error floor {exc.floor:.3g} s_max lies "
+                    f"above the threshold to resolve, {exc.requested:.3g} s_max ({asked})")
+            floor = None
+            if method == "lapack":
+                cdt, used_block = _lapack_dtype(src.dtype, dtype), None
+                values = _lapack(src, cdt, dev, check_finite)
+            else:
+                values, cdt, used_block = _tsqr(src, dtype, block_rows, dev, progress,
+                                                  check_finite)
     else:  # randomized
         if dev == "gpu":
             raise ValueError("method='randomized' runs on the CPU only; use device=None")
