@@ -239,3 +239,26 @@ def test_forward_and_tutorial_steps_equal_the_pytorch_peer(num_experts):
         np.testing.assert_allclose(value.detach().numpy(), theirs[name].detach().numpy(),
                                    atol=3e-5, rtol=1e-5, err_msg=name)
     np.testing.assert_allclose(float(logs["loss"]), float(cost), rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_parity_holds_on_the_other_keras_backends(backend):
+    """The same parity tests under JAX and PyTorch (a subprocess each: Keras fixes its
+    backend per process)."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("run from the TensorFlow session, which starts one process per backend")
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"Keras backend {backend!r} is not installed")
+    env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+         "pytorch_peer or t_times or reloads or uniform"],
+        cwd=os.path.dirname(os.path.dirname(__file__)), env=env, capture_output=True,
+        text=True, timeout=900)
+    assert proc.returncode == 0, f"under KERAS_BACKEND={backend}:\n{proc.stdout[-6000:]}"
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
