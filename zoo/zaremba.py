@@ -76,12 +76,9 @@ class ZarembaLSTM(LanguageModel):
             return head
         if isinstance(head, dict) and "registered_name" in head:  # from get_config
             return head_from_config(head, embedding)
-        spec = {"type": head} if isinstance(head, str) else dict(head or {"type": "softmax"})
-        if spec.get("type", "softmax") in ("mos", "moc"):
-            # MoS on these baselines (Zhang 2018 §6.3): latent size = hidden size, as the
-            # printed parameter counts imply; no latent dropout (the backbone drops x_L).
-            spec.setdefault("latent_dim", None)
-        return make_head(spec, embedding=embedding, vocab_size=self.vocab_size)
+        # MoS on these baselines (Zhang 2018 §6.3): the latent size is the hidden size (the
+        # heads' default), as the printed parameter counts imply
+        return make_head(head, embedding=embedding, vocab_size=self.vocab_size)
 
     def state_sizes(self):
         return self.backbone.layer_sizes()
