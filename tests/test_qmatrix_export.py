@@ -92,3 +92,40 @@ def test_cli_refuses_a_corpus_with_the_model_size_but_another_word_order(corpus,
     err = capsys.readouterr().err
     assert "first difference at id 0" in err and repr(permuted[0]) in err
     assert not (tmp_path / "permuted.npy").exists()
+
+
+EXPORT_ON_BACKEND = '''
+import tempfile, pathlib
+import numpy as np
+from tflm import backends, data
+from tools.qmatrix import export_q
+from zoo.awd_lstm import AWDLSTM
+from keras.ops import convert_to_numpy as to_np
+lang = data.synthetic.markov_language(30, seed=3)
+corpus = lang.to_corpus(train_tokens=500, valid_tokens=300, test_tokens=257, seed=4)
+model = AWDLSTM(30, embed_dim=6, hidden_dim=10, num_layers=2, seed=0)
+model.build()
+ids = np.asarray(corpus.test, np.int32)
+# The compiled window forward equals the eager one, state carried across windows.
+fast, slow = None, None
+for start, length in ((0, 20), (20, 20), (40, 7)):
+    x = ids[None, start:start + length]
+    a, fast = backends.current().window_log_probs(model, x, fast)
+    b, slow = model.forward_with_state(x, slow, training=False)
+    np.testing.assert_allclose(to_np(a), to_np(b), atol=1e-5)
+# The export's rows are the eager forward's over the whole split at once.
+out = pathlib.Path(tempfile.mkdtemp()) / "q.npy"
+meta = export_q(model, corpus, "test", out, bptt=20)
+full, _ = model.forward_with_state(ids[None, :-1], None, training=False)
+full = to_np(full)[0]
+np.testing.assert_allclose(np.load(out), full, atol=1e-5)
+nll = -full[np.arange(len(ids) - 1), ids[1:]].mean()
+assert abs(meta["perplexity"] / np.exp(nll) - 1) < 1e-5
+print("ok")
+'''
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_export_on_other_backends_equals_the_eager_forward(backend):
+    from tests.backends import run_in_backend
+    assert run_in_backend(backend, EXPORT_ON_BACKEND).split()[-1] == "ok"

@@ -61,6 +61,8 @@ def export_q(model, corpus, split, out_path, *, max_rows=None, dtype="float32", 
     """
     import keras
 
+    from tflm import backends
+
     ids = np.asarray(corpus.split(split) if hasattr(corpus, "split") else getattr(corpus, split),
                      dtype=np.int32)
     vocab = len(corpus.vocabulary)
@@ -76,11 +78,12 @@ def export_q(model, corpus, split, out_path, *, max_rows=None, dtype="float32", 
     tmp = out_path.with_name(out_path.name + ".partial")
     q = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.dtype(dtype), shape=(rows, vocab))
     bar = keras.utils.Progbar(rows, unit_name="row") if progress else None
+    backend = backends.current()
     states, nll, start, t0 = None, 0.0, 0, time.perf_counter()
     while start < rows:
         T = min(int(bptt), rows - start)
         x = ids[None, start:start + T]
-        log_probs, states = model.forward_with_state(x, states, training=False)
+        log_probs, states = backend.window_log_probs(model, x, states)
         block = keras.ops.convert_to_numpy(log_probs)[0].astype(np.float64)
         if not np.isfinite(block).all():
             bad = start + int(np.argwhere(~np.isfinite(block))[0][0])

@@ -18,6 +18,10 @@ everything that differs between Keras backends:
     window_gradients(model, x, y, states)
                                    mean NLL of one window and its gradient, evaluation mode
                                    (dynamic evaluation: `zoo.dynamic_eval`)
+    window_log_probs(model, x, states)
+                                   log-probabilities of one window and the final states,
+                                   evaluation mode, compiled where the backend compiles
+                                   (Q_theta export: `tools.qmatrix`)
     requires_batch_size            whether a pass must know its batch size before it starts
 
 A new backend is one module in this folder with one subclass of `Backend`, registered in
@@ -84,6 +88,13 @@ class Backend:
         raise NotImplementedError(
             f"gradients of a window are implemented for the TensorFlow, JAX and PyTorch "
             f"backends, not KERAS_BACKEND={keras.backend.backend()!r}.")
+
+    def window_log_probs(self, model, tokens, states):
+        """`(log_probs, new_states)` of `model.forward_with_state(tokens, states)` in
+        evaluation mode (`states` None: zeros). This default runs it eagerly; TensorFlow
+        and JAX compile it once per model and window shape (a Python loop over the time
+        steps dispatched op by op was 5x slower for batch-1 windows)."""
+        return model.forward_with_state(tokens, states, training=False)
 
     # ---- tensors and kernels -------------------------------------------------------------
     def is_concrete(self, tensor):

@@ -53,6 +53,7 @@ class JaxBackend(Backend):
 
     def __init__(self):
         self._window_steps = weakref.WeakKeyDictionary()  # model -> jitted window step
+        self._window_forwards = weakref.WeakKeyDictionary()  # model -> jitted forward
 
     def make_stream_state(self, sizes):
         return JaxStreamState(sizes)
@@ -114,6 +115,31 @@ class JaxBackend(Backend):
         logs, metrics_variables = _metric_updates(model, metrics_variables, loss, nll_sum,
                                                   tokens, non_trainable=non_trainable)
         return logs, (trainable, non_trainable, metrics_variables)
+
+    def window_log_probs(self, model, tokens, states):
+        """`forward_with_state` in evaluation mode with every variable read from the traced
+        values (a `StatelessScope`), jitted once per model and window shape."""
+        if not model.built:
+            model.build()
+        variables = model.variables
+        forward = self._window_forwards.get(model)
+        if forward is None:
+            model_ref = weakref.ref(model)  # the cache must not keep the model alive
+
+            def run(values, tokens, states):
+                with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                    log_probs, new_states = model_ref().forward_with_state(
+                        tokens, states, training=False)
+                return log_probs, [tuple(p) for p in new_states]
+
+            forward = jax.jit(run)
+            self._window_forwards[model] = forward
+        if states is None:
+            batch = int(tokens.shape[0])
+            states = [(jax.numpy.zeros((batch, size)), jax.numpy.zeros((batch, size)))
+                      for size in model.state_sizes()]
+        return forward([v.value for v in variables], jax.numpy.asarray(tokens, "int32"),
+                       [tuple(p) for p in states])
 
     def window_gradients(self, model, tokens, targets, states):
         """`jax.value_and_grad` of the forward pass with the trainable variables read from

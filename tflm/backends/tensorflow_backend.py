@@ -27,6 +27,7 @@ class TensorFlowBackend(Backend):
 
     def __init__(self):
         self._window_steps = weakref.WeakKeyDictionary()  # model -> compiled window step
+        self._window_forwards = weakref.WeakKeyDictionary()  # model -> compiled forward
 
     def make_stream_state(self, sizes):
         return TensorFlowStreamState(sizes)
@@ -115,6 +116,28 @@ class TensorFlowBackend(Backend):
                                        tf.convert_to_tensor(targets, tf.int32),
                                        [tuple(pair) for pair in states])
         return loss, list(grads), [tuple(pair) for pair in new_states]
+
+    def window_log_probs(self, model, tokens, states):
+        """`forward_with_state` in evaluation mode, one `tf.function` per model (retraced
+        per window shape)."""
+        forward = self._window_forwards.get(model)
+        if forward is None:
+            model_ref = weakref.ref(model)  # the cache must not keep the model alive
+
+            @tf.function(reduce_retracing=True)
+            def forward(tokens, states):
+                log_probs, new_states = model_ref().forward_with_state(tokens, states,
+                                                                       training=False)
+                return log_probs, [tuple(pair) for pair in new_states]
+
+            self._window_forwards[model] = forward
+        if not model.built:
+            model.build()
+        if states is None:
+            batch = int(tokens.shape[0])
+            states = [(tf.zeros((batch, size)), tf.zeros((batch, size)))
+                      for size in model.state_sizes()]
+        return forward(tf.convert_to_tensor(tokens, tf.int32), [tuple(p) for p in states])
 
     def step_logs(self, model, logs):
         if is_multi_worker(model.distribute_strategy):

@@ -26,6 +26,11 @@ class TorchBackend(Backend):
             model.optimizer.apply(grads, variables)
         return model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=norm)
 
+    def window_log_probs(self, model, tokens, states):
+        """`forward_with_state` in evaluation mode without autograd's bookkeeping."""
+        with torch.no_grad():
+            return model.forward_with_state(tokens, states, training=False)
+
     def window_gradients(self, model, tokens, targets, states):
         variables = model.trainable_variables
         log_probs, new_states = model.forward_with_state(tokens, states, training=False)
