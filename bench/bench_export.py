@@ -5,7 +5,15 @@ first `--rows` rows of the PTB test split with `tools.qmatrix.export_q` (batch-1
 bptt 70, float32, streamed to a memory-mapped .npy) and reports rows/s, the projected time
 for all 82,429 rows, and the process's peak RSS. Appends a table to bench/RESULTS.md.
 
-    python bench/bench_export.py [--rows 2000] [--data-dir DIR]
+With `--floor` it also measures, in the same process and thread pool, the arithmetic floor
+of a batch-1 row: the recurrent matrix-vector products h_{t-1} U_l of every layer (read
+once per token: memory bound), plus the per-window products a batch-1 pass can batch over
+the window (every layer's input projection x W_l, the output layer h E^T + b and its
+log_softmax, NumPy / OpenBLAS float32), divided by the window length; and with `--eager`
+the export through the eager forward (what `export_q` ran before
+`Backend.window_log_probs`).
+
+    python bench/bench_export.py [--rows 2000] [--floor] [--eager] [--data-dir DIR]
 """
 
 import argparse
@@ -23,12 +31,74 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
+def floor_ms_per_row(model, bptt=70, repeats=20):
+    """Milliseconds per batch-1 row of the products a row cannot avoid (module docstring)."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    layers = [(int(w.shape[0]), int(w.shape[1])) for w in model.weights
+              if "recurrent_kernel" in w.path]
+    inputs = [(int(w.shape[0]), int(w.shape[1])) for w in model.weights
+              if w.path.endswith("/kernel") and "lstm" in w.path.lower()]
+    vocab = int(model.vocab_size)
+    d_out = layers[-1][0]
+    rec = [rng.random(shape, dtype=np.float32) for shape in layers]
+    hs = [rng.random(shape[0], dtype=np.float32) for shape in layers]  # 1-D: sgemv
+    ins = [(rng.random((bptt, shape[0]), dtype=np.float32),
+            rng.random(shape, dtype=np.float32)) for shape in inputs]
+    out_w = rng.random((d_out, vocab), dtype=np.float32)
+    out_h = rng.random((bptt, d_out), dtype=np.float32)
+
+    def recurrent():
+        for u, h in zip(rec, hs):
+            h @ u
+
+    def window():
+        for x, w in ins:
+            x @ w
+        logits = out_h @ out_w
+        logits -= logits.max(axis=1, keepdims=True)
+        np.log(np.exp(logits).sum(axis=1))
+
+    def best(fn, n):
+        fn()
+        times = []
+        for _ in range(n):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    per_token = best(lambda: [recurrent() for _ in range(bptt)], repeats) / bptt
+    per_window = best(window, repeats)
+    return {"recurrent_ms": 1e3 * per_token, "window_ms": 1e3 * per_window / bptt,
+            "floor_ms": 1e3 * (per_token + per_window / bptt),
+            "recurrent_shapes": layers, "input_shapes": inputs}
+
+
+def eager_rows_per_second(model, corpus, rows, bptt=70):
+    """The export loop with the eager `forward_with_state` (no file: rows/s only)."""
+    import keras
+    import numpy as np
+    ids = np.asarray(corpus.test, np.int32)
+    states, start = None, 0
+    begin = time.perf_counter()
+    while start < rows:
+        T = min(bptt, rows - start)
+        log_probs, states = model.forward_with_state(ids[None, start:start + T], states,
+                                                     training=False)
+        keras.ops.convert_to_numpy(log_probs)
+        start += T
+    return rows / (time.perf_counter() - begin)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, default=2000)
     p.add_argument("--data-dir", default=os.environ.get("TFLM_DATA_DIR",
                                                         str(REPO.parent / "shared" / "data")))
     p.add_argument("--results", default=str(REPO / "bench" / "RESULTS.md"))
+    p.add_argument("--floor", action="store_true", help="measure the arithmetic floor too")
+    p.add_argument("--eager", action="store_true", help="time the eager export loop too")
     args = p.parse_args()
     import keras
 
@@ -39,20 +109,40 @@ def main():
     model = zoo.from_preset("awd_lstm_ptb")
     model.build()
     out = pathlib.Path(tempfile.mkdtemp(prefix="export-")) / "q.npy"
+    load = os.getloadavg()
     meta = export_q(model, corpus, "test", out, max_rows=args.rows)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rows_total = len(corpus.test) - 1
     cpu = cpu_model()
-    table = "\n".join([
+    flags = " --floor" * args.floor + " --eager" * args.eager
+    lines = [
         f"### Q_theta export throughput, awd_lstm_ptb shape ({time.strftime('%Y-%m-%d')}, "
         f"KERAS_BACKEND={keras.backend.backend()})", "",
-        f"`python bench/bench_export.py --rows {args.rows}` on {cpu}, {os.cpu_count()} cores.",
+        f"`python bench/bench_export.py --rows {args.rows}{flags}` on {cpu}, "
+        f"{os.cpu_count()} cores; load average at the start {load[0]:.2f}/{load[1]:.2f}/"
+        f"{load[2]:.2f}.",
         "", "| rows exported | rows/s | projected time for all 82,429 PTB test rows | "
         "peak RSS (MiB) | file |", "| --- | --- | --- | --- | --- |",
         f"| {meta['shape'][0]:,} | {meta['rows_per_second']:,.0f} | "
         f"{rows_total / meta['rows_per_second'] / 60:.1f} min | {rss:,.0f} | "
-        f"float32 .npy, {out.stat().st_size / 2**20:,.0f} MiB |", ""])
-    publish(table, args.results)
+        f"float32 .npy, {out.stat().st_size / 2**20:,.0f} MiB |", ""]
+    ms = 1e3 / meta["rows_per_second"]
+    if args.eager or args.floor:
+        lines += ["| pass | ms per row | x floor |", "| --- | ---: | ---: |"]
+        floor = floor_ms_per_row(model) if args.floor else None
+        ratio = (lambda v: f"{v / floor['floor_ms']:.2f}") if floor else (lambda v: "-")
+        lines.append(f"| export (`Backend.window_log_probs`) | {ms:.2f} | {ratio(ms)} |")
+        if args.eager:
+            eager = 1e3 / eager_rows_per_second(model, corpus, args.rows)
+            lines.append(f"| export loop, eager forward | {eager:.2f} | {ratio(eager)} |")
+        if floor:
+            lines += [f"| floor: recurrent matvecs {floor['recurrent_shapes']} per token | "
+                      f"{floor['recurrent_ms']:.2f} | |",
+                      f"| floor: input projections {floor['input_shapes']}, output layer and "
+                      f"log_softmax per window / 70 | {floor['window_ms']:.2f} | |",
+                      f"| floor (sum) | {floor['floor_ms']:.2f} | 1.00 |"]
+        lines.append("")
+    publish("\n".join(lines), args.results)
     out.unlink()
 
 
