@@ -185,7 +185,8 @@ class MoSLayer(_MixtureBase):
         init: "keras" (default: glorot-uniform kernels, zero bias) or "pytorch" (the
             reference's nn.Linear initialisation, `tflm.layers.init`).
         mixture: "batched" (default: all components in one (B, T, K, V) tensor) or
-            "sequential" (one component at a time; less memory, K smaller matmuls).
+            "sequential" (one component at a time, recomputed in the backward pass: about
+            a third of the memory in training, twice the time).
         prior_bias: pi = softmax(W_pi g + b_pi), a trained prior bias (Zhang 2018's MoS on
             the Zaremba baselines, whose parameter counts include it). Default False (the
             reference MoS code's prior has none).
