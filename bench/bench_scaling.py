@@ -173,8 +173,10 @@ def table(results, args, command, load, seconds):
         f"{one['parameters']:,} parameters, no dropout, fixed windows of {args.bptt}, SGD lr "
         f"{args.lr:g}, clip 0.25; PTB: the first {args.train_tokens:,} training and "
         f"{args.valid_tokens:,} validation tokens; {args.epochs} epochs. Words/s: median over "
-        "epochs 2.., training tokens / epoch seconds; valid perplexity after the last epoch "
-        "(batch 10). **The replicas share the machine's cores** (logical CPU devices of one "
+        "epochs 2.., training tokens / epoch seconds; perplexities = exp(mean NLL) of the last "
+        f"training epoch and of a validation pass after it (batch {EVAL_BATCH}); \"logged\": "
+        "the validation `perplexity` Keras logs (under MirroredStrategy the mean of the "
+        "replicas' perplexities). **The replicas share the machine's cores** (logical CPU devices of one "
         "process, or worker processes on one host): R replicas split the same work over the "
         "same cores, so the words/s column measures the overhead of replication, not a "
         "speedup.", "",
