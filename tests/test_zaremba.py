@@ -30,9 +30,14 @@ def _model(seed=0, **kwargs):
 
 
 @pytest.mark.parametrize("name", COUNTED)
-def test_parameter_count_equals_the_seeds(name):
+def test_parameter_count_equals_the_seeds(name, monkeypatch):
     """Every row whose count the thesis prints (exact values inferred from the printed
     millions: 5.258 M = 5,257,615, ...) is built with exactly that many parameters."""
+    # The count does not depend on the values: zeros instead of 100M random draws (7x faster)
+    for cls in (keras.initializers.RandomUniform, keras.initializers.GlorotUniform,
+                keras.initializers.Orthogonal):
+        monkeypatch.setattr(cls, "__call__",
+                            lambda self, shape, dtype=None: keras.ops.zeros(shape, dtype))
     published = zoo.load_preset(name)["published"]
     model = zoo.from_preset(name)
     model.build()
