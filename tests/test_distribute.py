@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from tests.conftest import REPO
@@ -41,6 +42,25 @@ out["weight_diff"] = float(max(np.abs(a - b).max() for a, b in
                                zip(single.get_weights(), multi.get_weights())))
 out["eval_after"] = [single.evaluate(ds, verbose=0, return_dict=True)["perplexity"],
                      multi.evaluate(ds, verbose=0, return_dict=True)["perplexity"]]
+# Replicas with very different perplexities (streams 0-1 all word 0, made likely): the
+# pass's perplexity is exp(total NLL / tokens), not the mean of the replicas' perplexities.
+skewed = data.copy()
+skewed[:2] = 0
+sds = tf.data.Dataset.from_tensor_slices((
+    np.stack([skewed[:, i:i+10] for i in range(0, 60, 10)]),
+    np.stack([skewed[:, i+1:i+11] for i in range(0, 60, 10)])))
+weights = single.get_weights()
+bias = [i for i, v in enumerate(single.weights) if "output_bias" in v.path][0]
+weights[bias][0] += 6.0
+single.set_weights(weights)
+multi.set_weights(weights)
+r1 = single.evaluate(sds, verbose=0, return_dict=True)
+r2 = multi.evaluate(sds, verbose=0, return_dict=True)
+val = multi.fit(ds.take(1), epochs=1, verbose=0, validation_data=sds).history
+out["skewed"] = {"single": r1["perplexity"], "multi": r2["perplexity"],
+                 "multi_exp_nll": float(np.exp(r2["nll"])), "single_nll": r1["nll"],
+                 "multi_nll": r2["nll"], "val_perplexity": val["val_perplexity"][0],
+                 "val_nll": val["val_nll"][0], "keys": sorted(r2), "fit_keys": sorted(val)}
 
 # Dropout on. Replica r holds streams [4 r, 4 r + 4) of a global batch of 8. Each layer runs
 # two training steps under strategy.run in a tf.function (as fit does) next to a one-device
@@ -195,6 +215,17 @@ def test_mirrored_two_cpus_equals_single_device(mirrored):
         assert b == pytest.approx(a, rel=1e-5)
     assert r["weight_diff"] < 1e-5
     assert r["eval_after"][1] == pytest.approx(r["eval_after"][0], rel=1e-5)
+
+
+def test_mirrored_perplexity_is_of_the_pass_not_the_mean_of_replicas(mirrored):
+    s = mirrored["skewed"]
+    assert s["single"] > 2.0 and s["single"] < 30.0
+    assert s["multi"] == pytest.approx(s["single"], rel=1e-5)
+    assert s["multi"] == pytest.approx(s["multi_exp_nll"], rel=1e-5)
+    assert s["multi_nll"] == pytest.approx(s["single_nll"], rel=1e-5)
+    assert s["val_perplexity"] == pytest.approx(float(np.exp(s["val_nll"])), rel=1e-5)
+    assert s["keys"] == ["loss", "nll", "perplexity"]
+    assert {"grad_norm", "loss", "perplexity", "val_perplexity"} <= set(s["fit_keys"])
 
 
 def test_mirrored_locked_dropout_masks_are_per_stream(mirrored):

@@ -262,6 +262,27 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         return [self.loss_tracker, self.nll_tracker, self.perplexity_tracker,
                 self.grad_norm_tracker]
 
+    def get_metrics_result(self):
+        """The pass's results from the metrics' totals, under the keys the steps log.
+
+        Keras ends a pass (fit's epoch logs, evaluate's return, validation) with these when
+        their keys equal the last step's logs, else with that step's logs. Under
+        MirroredStrategy a step's logs are each replica's own results averaged over the
+        replicas: the mean of the replicas' perplexities, 0.5-2.6 % above exp(NLL / tokens)
+        of the whole pass (Jensen; bench/RESULTS_scaling.md). Here the NLL and token totals
+        are summed over replicas first. `grad_norm` is included once a train step has
+        updated it in this pass, the layers' `reported_variables` always (their values after
+        the last step); with `log_window_values` the keys differ and Keras keeps the last
+        step's logs.
+        """
+        results = {m.name: m.result()
+                   for m in (self.loss_tracker, self.nll_tracker, self.perplexity_tracker)}
+        if float(ops.convert_to_numpy(self.grad_norm_tracker.count)) > 0:
+            results["grad_norm"] = self.grad_norm_tracker.result()
+        for name, variable in self.reported_variables():
+            results[name] = ops.convert_to_tensor(variable)
+        return results
+
     def compile(self, optimizer="sgd", loss=None, **kwargs):
         if loss is not None:
             raise ValueError(
