@@ -257,6 +257,25 @@ class LanguageModel(TokenWindowBuild, keras.Model):
                 if layer is not self for name in getattr(layer, "reported_variables", ())
                 if isinstance(getattr(layer, name, None), keras.Variable)]
 
+    def parameter_count(self):
+        """The model's parameters as papers count them: every weight, trained or frozen,
+        except bookkeeping: a `CandidateSampler`'s proposal (2 V non-trainable values) and
+        the counters layers report (`reported_variables`, e.g. NeuralODELogits' `nfe`).
+        `count_params()` counts those too."""
+        from tflm.compat import nested_layers
+        from tflm.layers.candidate_sampler import CandidateSampler
+        skip = {id(v) for layer in nested_layers(self) if isinstance(layer, CandidateSampler)
+                for v in layer.weights}
+        skip |= {id(v) for _, v in self.reported_variables()}
+        total = 0
+        for v in self.weights:
+            if id(v) not in skip:
+                size = 1
+                for dim in v.shape:
+                    size *= int(dim)
+                total += size
+        return total
+
     @property
     def metrics(self):
         return [self.loss_tracker, self.nll_tracker, self.perplexity_tracker,

@@ -261,7 +261,7 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
 
     best_model = load_model(out / "best.keras")
     results = {"preset": config.get("preset"), "corpus": corpus.name,
-               "vocab_size": len(vocabulary), "parameters": int(model.count_params()),
+               "vocab_size": len(vocabulary), "parameters": model.parameter_count(),
                "optimal_perplexity": optimal, "best_epoch": best["epoch"],
                "words_per_second": speed.last or best.get("words_per_second"),
                "history": history}

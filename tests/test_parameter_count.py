@@ -1,0 +1,24 @@
+"""LanguageModel.parameter_count: every weight but the bookkeeping (a sampler's proposal,
+reported counters), as papers count parameters; zoo.train's metrics.json reports it."""
+
+from zoo.awd_lstm import AWDLSTM
+
+V = 40
+
+
+def _model(head):
+    model = AWDLSTM(V, embed_dim=6, hidden_dim=10, num_layers=2, seed=0, head=head)
+    model.build()
+    return model
+
+
+def test_parameter_count_leaves_out_the_sampler_and_the_counters():
+    plain = _model({"type": "softmax"})
+    assert plain.parameter_count() == plain.count_params()
+    sampled = _model({"type": "softmax", "num_samples": 5})
+    assert sampled.count_params() == plain.count_params() + 2 * V  # the proposal's weights
+    assert sampled.parameter_count() == plain.parameter_count()
+    node = _model({"type": "node"})
+    assert node.parameter_count() == node.count_params() - 1      # its nfe counter
+    trainable = sum(int(w.numpy().size) for w in node.trainable_weights)
+    assert node.parameter_count() == trainable
