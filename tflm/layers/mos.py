@@ -132,7 +132,7 @@ class _MixtureBase(LogProbHead):
         return logits
 
     def mixture_weights(self, g):
-        """pi = softmax(g W_pi), `(batch, time, K)`, float32 (for analysis)."""
+        """pi = softmax(g W_pi [+ b_pi]), `(batch, time, K)`, float32 (for analysis)."""
         if not self.built:
             self.build(g.shape)
         g = ops.cast(g, self.compute_dtype)
