@@ -54,6 +54,9 @@ HEAD_RUNS = {
     "node_full": ("node_ptb_raw_full_lr01", "node, all trained", False, False),
     "cnf_frozen": ("cnf_ptb_raw_frozen_lr1", "cnf (softmax base), frozen base", True, False),
     "cnf_full": ("cnf_ptb_raw_full_lr1", "cnf (softmax base), all trained", False, False),
+    # the same with the exact trace in training (Hutchinson's biases the objective)
+    "cnf_frozen_exact": ("cnf_ptb_raw_frozen_lr1", "cnf (softmax base), frozen base, exact "
+                         "trace in training", True, False),
     "control_400": (BASE, "softmax, continued (control), first 400 tokens", None, True),
     "ccnf_frozen": ("ccnf_ptb_raw_frozen_lr01", "ccnf, frozen base", True, True),
     "ccnf_full": ("ccnf_ptb_raw_full_lr01", "ccnf, all trained", False, True),
@@ -85,6 +88,8 @@ def runs(args):
                         common + ["training.test_batch_size=10"]))]
     for name, (preset_name, label, frozen, first400) in HEAD_RUNS.items():
         sets = common + [f"training.lr={args.lr}"]
+        if name.endswith("_exact"):
+            sets += ["model.head.trace=exact"]
         if first400:
             if preset_name == BASE:
                 sets += ["corpus.max_valid_tokens=401", "corpus.max_test_tokens=401",
