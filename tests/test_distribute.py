@@ -90,6 +90,22 @@ out["locked"] = {
     "steps_differ": bool((got[0] != got[1]).any()),
     "equals_single": all(bool((m == o).all()) for m, o in zip(got, ref))}
 
+# Per-element dropout (the Zaremba model's): StreamDropout draws per stream; Keras'
+# Dropout, whose seed state is mirrored, repeats one replica's mask on the other.
+from tflm.layers import StreamDropout
+for name, make in (("stream", lambda: StreamDropout(0.5, seed=4)),
+                   ("keras", lambda: keras.layers.Dropout(0.5, seed=4))):
+    with strategy.scope():
+        layer = make()
+    got = replicated(layer, x)
+    out["element_" + name] = {
+        "agree": [float((m[:4] == m[4:]).mean()) for m in got],
+        "kept": [float((m > 0).mean()) for m in got]}
+    if name == "stream":
+        ref = one_device(make(), x)
+        out["element_stream"]["equals_single"] = all(bool((m == o).all())
+                                                     for m, o in zip(got, ref))
+
 half = rng.integers(0, 50, size=(4, 6)).astype("int32")
 ids, emb = np.concatenate([half, half]), np.ones((8, 6, 2), "float32")
 with strategy.scope():
@@ -240,6 +256,18 @@ def test_mirrored_locked_dropout_masks_are_per_stream(mirrored):
         assert 0.45 < kept < 0.55
     assert r["values_ok"] and r["constant_in_time"] and r["steps_differ"]
     assert r["equals_single"]
+
+
+def test_mirrored_element_dropout_masks_are_per_stream(mirrored):
+    """StreamDropout (a fresh mask per element, the Zaremba model's dropout) draws the
+    global batch's mask and keeps each replica's rows: streams b and b + B/2 agree only by
+    chance and the masks equal one device's; keras.layers.Dropout repeats them."""
+    r = mirrored["element_stream"]
+    for agree, kept in zip(r["agree"], r["kept"]):
+        assert 0.45 < agree < 0.55        # 3,072 independent Bernoulli(0.5) pairs: sd 0.009
+        assert 0.47 < kept < 0.53
+    assert r["equals_single"]
+    assert mirrored["element_keras"]["agree"] == [1.0, 1.0]  # why StreamDropout exists
 
 
 def test_mirrored_shared_masks_stay_shared(mirrored):

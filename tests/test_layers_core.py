@@ -5,7 +5,8 @@ import pytest
 import keras
 from scipy.special import log_softmax
 
-from tflm.layers import EmbeddingDropout, LockedDropout, SoftmaxLayer, TiedEmbedding
+from tflm.layers import (EmbeddingDropout, LockedDropout, SoftmaxLayer, StreamDropout,
+                         TiedEmbedding)
 
 
 def _roundtrip(model, x, tmp_path):
@@ -93,6 +94,23 @@ def test_locked_dropout_mask_shared_over_time_and_scaled():
     np.testing.assert_array_equal(np.asarray(layer(x, training=False)), x)
     big = np.asarray(LockedDropout(0.3, seed=1)(np.ones((200, 2, 200), "float32"), training=True))
     assert abs(big.mean() - 1.0) < 0.02
+
+
+def test_stream_dropout_draws_per_element_and_time_step():
+    layer = StreamDropout(0.3, seed=3)
+    x = np.ones((200, 5, 200), "float32")
+    y = np.asarray(layer(x, training=True))
+    assert set(np.unique(y)) <= {0.0, np.float32(1 / 0.7)}
+    kept = y > 0
+    assert abs(kept.mean() - 0.7) < 0.01 and abs(y.mean() - 1.0) < 0.02
+    # independent over time: masks of consecutive steps agree as two Bernoulli(0.7) draws
+    agree = (kept[:, 1:] == kept[:, :-1]).mean()
+    assert abs(agree - (0.7 ** 2 + 0.3 ** 2)) < 0.01
+    assert not np.array_equal(y, np.asarray(layer(x, training=True)))
+    np.testing.assert_array_equal(np.asarray(layer(x, training=False)), x)
+    assert StreamDropout.from_config(layer.get_config()).rate == 0.3
+    with pytest.raises(ValueError, match="rate=1.0"):
+        StreamDropout(1.0)
 
 
 def test_locked_dropout_rejects_bad_rate():

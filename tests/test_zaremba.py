@@ -93,7 +93,7 @@ def test_dropout_is_on_the_non_recurrent_connections_only_with_fresh_masks_per_s
     for lstm in backbone.lstms:
         assert (lstm.weight_dropout, lstm.dropout, lstm.recurrent_dropout) == (0.0, 0.0, 0.0)
     assert [type(d).__name__ for d in [backbone.input_dropout, *backbone.dropouts]] == \
-        ["Dropout"] * 3
+        ["StreamDropout"] * 3  # per stream under tf.distribute (tests/test_distribute.py)
     kept = keras.ops.convert_to_numpy(
         backbone.input_dropout(np.ones((2, 50, H), "float32"), training=True)) > 0
     assert not all((kept[:, t] == kept[:, 0]).all() for t in range(1, 50))  # not locked

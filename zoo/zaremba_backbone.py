@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from tflm.layers import TiedEmbedding, WeightDropLSTM
+from tflm.layers import StreamDropout, TiedEmbedding, WeightDropLSTM
 from tflm.padding import padding_mask, without_padding
 
 
@@ -24,8 +24,9 @@ class ZarembaBackbone(keras.layers.Layer):
 
         x_0 = D(E[w]);   r_l = LSTM_l(x_{l-1});   x_l = D(r_l)        (Zaremba eq. 4)
 
-    D is ordinary dropout (a fresh mask per element and time step: `keras.layers.Dropout`),
-    on the embedded input and on every layer's output; the recurrent path h_{t-1} -> h_t is
+    D is ordinary dropout (a fresh mask per element and time step), drawn per stream
+    (`tflm.layers.StreamDropout`: under MirroredStrategy the replicas' masks differ and
+    equal one device's), on the embedded input and on every layer's output; the recurrent path h_{t-1} -> h_t is
     never dropped. Every LSTM has Keras' gate order, one bias and no forget-gate offset
     (TensorFlow's `BasicLSTMCell(forget_bias=0.0)`); the kernels and the embedding are drawn
     from U(-init_scale, init_scale), the LSTM biases start at zero (the TensorFlow cells'
@@ -77,8 +78,8 @@ class ZarembaBackbone(keras.layers.Layer):
         self.embedding = TiedEmbedding(self.vocab_size, self.hidden_dim,
                                        embeddings_initializer=uniform_initializer(init_scale),
                                        use_output_bias=self.tied_output_bias, name="embedding")
-        self.input_dropout = keras.layers.Dropout(self.dropout, seed=_seed(seed, 1),
-                                                  name="dropout_i")
+        self.input_dropout = StreamDropout(self.dropout, seed=_seed(seed, 1),
+                                           name="dropout_i")
         self.lstms, self.dropouts = [], []
         for i in range(self.num_layers):
             self.lstms.append(WeightDropLSTM(
@@ -87,8 +88,8 @@ class ZarembaBackbone(keras.layers.Layer):
                 recurrent_initializer=uniform_initializer(init_scale),
                 bias_initializer="zeros", unit_forget_bias=False, return_sequences=True,
                 return_state=True, name=f"lstm_{i}"))
-            self.dropouts.append(keras.layers.Dropout(self.dropout, seed=_seed(seed, 10 + i),
-                                                      name=f"dropout_{i}"))
+            self.dropouts.append(StreamDropout(self.dropout, seed=_seed(seed, 10 + i),
+                                               name=f"dropout_{i}"))
 
     def layer_sizes(self):
         """Hidden size of every LSTM layer (the size of each (h, c) pair)."""

@@ -5,7 +5,7 @@ from tflm.layers.low_rank import LowRankProjection
 from tflm.layers.head import LogProbHead
 from tflm.layers.candidate_sampler import CandidateSampler
 from tflm.layers.softmax import SoftmaxLayer
-from tflm.layers.dropout import EmbeddingDropout, LockedDropout
+from tflm.layers.dropout import EmbeddingDropout, LockedDropout, StreamDropout
 from tflm.layers.noise import EmbeddingNoise
 from tflm.layers.spectral_embedding import SpectralEmbedding
 from tflm.layers.lstm import WeightDropLSTM

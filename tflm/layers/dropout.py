@@ -108,6 +108,51 @@ class LockedDropout(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="tflm")
+class StreamDropout(keras.layers.Layer):
+    """Standard dropout, a fresh mask per element and time step, drawn per stream.
+
+        y = x * m / (1 - p),   m ~ Bernoulli(1 - p) elementwise,  same shape as x
+
+    What `keras.layers.Dropout` computes on one device; under a `tf.distribute` strategy
+    each replica keeps its own rows of the global batch's draw (`per_stream_uniform`), so the
+    replicas' masks differ and equal one device's on the same global batch
+    (`keras.layers.Dropout` draws the same mask on every replica: its seed state is mirrored).
+
+    Args:
+        rate: drop probability p in [0, 1). Default 0.5.
+        seed: int seed for the layer's `SeedGenerator` (None: nondeterministic).
+
+    Input shape: `(batch, ...)`. Output shape: the same.
+
+    Reference: Srivastava et al. 2014; Zaremba et al. 2014 (dropout on the non-recurrent
+    connections).
+    """
+
+    def __init__(self, rate=0.5, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.rate = _check_rate("StreamDropout", rate)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.supports_masking = True
+
+    def call(self, x, training=False):
+        if not training or self.rate == 0.0:
+            return x
+        keep = 1.0 - self.rate
+        mask = ops.cast(per_stream_uniform(tuple(ops.shape(x)), self.seed_generator) < keep,
+                        x.dtype) / ops.cast(keep, x.dtype)
+        return x * mask
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(rate=self.rate, seed=self.seed)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tflm")
 class EmbeddingDropout(keras.layers.Layer):
     """Drops whole rows (words) of the embedding matrix, scaled by 1 / (1 - p).
 
