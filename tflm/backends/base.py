@@ -92,8 +92,8 @@ class Backend:
     def window_log_probs(self, model, tokens, states):
         """`(log_probs, new_states)` of `model.forward_with_state(tokens, states)` in
         evaluation mode (`states` None: zeros). This default runs it eagerly; TensorFlow
-        and JAX compile it once per model and window shape (a Python loop over the time
-        steps dispatched op by op was 5x slower for batch-1 windows)."""
+        and JAX compile it once per model and window shape (eagerly, the Q_theta export of
+        the PTB preset took 3.5x as long per batch-1 row: bench/RESULTS.md)."""
         return model.forward_with_state(tokens, states, training=False)
 
     # ---- tensors and kernels -------------------------------------------------------------
