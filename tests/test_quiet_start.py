@@ -22,6 +22,10 @@ NOISE = [
     "with the appropriate compiler flags.",
     "E0000 00:00:1795461613.216599   30094 cuda_platform.cc:52] failed call to cuInit: "
     "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)",
+    "I0000 00:00:1795552390.799845   10420 port.cc:153] oneDNN custom operations are on. You "
+    "may see slightly different numerical results due to floating-point round-off errors "
+    "from different computation orders. To turn them off, set the environment variable "
+    "`TF_ENABLE_ONEDNN_OPTS=0`.",
 ]
 KEPT = "E0000 00:00:1795461613.216599   30094 some_kernel.cc:12] a real error"
 

@@ -23,7 +23,9 @@ not printed; Python warnings and our own messages are.
     "Unable to register cuDNN / cuFFT / cuBLAS factory", "... computation placer already
         registered", "TF-TRT Warning: Could not find TensorRT" (start-up lines of the GPU
         wheels)
-  and the two lines of the CPU-instructions note above, should the level let them through.
+  and the two lines of the CPU-instructions note and the oneDNN note above, should the
+  level let them through (TensorFlow 2.21 prints the oneDNN note twice on import, before
+  the level applies).
   Anything else (a Python warning, an import error, a message no one listed here) is
   written back unchanged.
 
@@ -51,6 +53,7 @@ NOISE = (
     re.compile(r"computation placer already registered"),
     re.compile(r"TF-TRT Warning: Could not find TensorRT"),
     re.compile(r"cpu_feature_guard\.cc:\d+\] This TensorFlow binary is optimized"),
+    re.compile(r"port\.cc:\d+\] oneDNN custom operations are on"),
     re.compile(r"^To enable the following instructions: .* rebuild TensorFlow with the "
                r"appropriate compiler flags\.$"),
 )
