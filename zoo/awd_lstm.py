@@ -3,11 +3,9 @@
 import keras
 from keras import ops
 
-from tflm.language_model import LanguageModel
-from tflm.layers.head import head_from_config
 from tflm.padding import masked_mean
 from zoo.backbone import AWDLSTMBackbone
-from zoo.heads import make_head
+from zoo.backbone_model import BackboneHeadModel
 
 # Constructor arguments that belong to the backbone (the rest configure the task).
 BACKBONE_ARGS = ("embed_dim", "hidden_dim", "num_layers", "last_dim", "tie_weights", "dropout",
@@ -17,7 +15,7 @@ BACKBONE_ARGS = ("embed_dim", "hidden_dim", "num_layers", "last_dim", "tie_weigh
 
 
 @keras.saving.register_keras_serializable(package="zoo")
-class AWDLSTM(LanguageModel):
+class AWDLSTM(BackboneHeadModel):
     """AWD-LSTM language model: `AWDLSTMBackbone` + any head mapping hidden states to
     log-probabilities, trained with AR / TAR.
 
@@ -76,36 +74,13 @@ class AWDLSTM(LanguageModel):
         self.vocab_size = self.backbone.vocab_size
         self.tie_weights = self.backbone.tie_weights
         self.alpha, self.beta = float(alpha), float(beta)
-        self.head = self._build_head(head)
-        self.head_takes_all_layers = bool(getattr(self.head, "takes_all_layers", False))
+        self.head = self._build_head(head, init=self.backbone.init)
         self.freeze_base = bool(freeze_base)
         if self.freeze_base and not self.tie_weights:
             raise ValueError("freeze_base=True freezes the backbone, which holds the tied "
                              "output embedding; with tie_weights=False the head's own "
                              "projection would still train. Tie the weights, or freeze "
                              "nothing.")
-
-    @property
-    def embedding(self):
-        """The backbone's `TiedEmbedding` (shared with a tied head)."""
-        return self.backbone.embedding
-
-    @property
-    def lstms(self):
-        """The backbone's `WeightDropLSTM` layers, bottom first."""
-        return self.backbone.lstms
-
-    def _build_head(self, head):
-        embedding = self.embedding if self.tie_weights else None
-        if isinstance(head, keras.layers.Layer):
-            return head
-        if isinstance(head, dict) and "registered_name" in head:  # from get_config
-            return head_from_config(head, embedding)
-        return make_head(head, embedding=embedding, vocab_size=self.vocab_size,
-                         init=self.backbone.init)
-
-    def state_sizes(self):
-        return self.backbone.layer_sizes()
 
     def build(self, input_shape=None):
         if self.built:
@@ -122,44 +97,9 @@ class AWDLSTM(LanguageModel):
                                  f"{type(self.head).__name__} head has no weights of its own.")
         self.built = True
 
-    @property
-    def uses_targets(self):
-        return bool(getattr(self.head, "takes_targets", False))
-
-    @property
-    def samples_in_training(self):
-        return bool(getattr(self.head, "samples_in_training", False))
-
-    def forward_with_state(self, tokens, states=None, training=False, targets=None):
-        """Pure forward pass: (log-probabilities, final [(h, c)] per layer). Builds the
-        model first when it is not built (so it saves and reloads like a built one).
-        `targets` `(batch, time)`: for a head that reads them in training (AdvSoft)."""
-        if not self.built:
-            self.build()
-        return self._forward(tokens, states, training, targets)
-
-    def head_log_probs(self, out, training=False, targets=None):
-        """The head's log-probabilities for the backbone's outputs `out` (what
-        `model.backbone(tokens, states)` returns): for evaluation procedures that need the
-        hidden states too (the cache pointer) without running the backbone twice."""
-        mask = out.get("padding_mask")
-        head_inputs = out["layer_outputs"] if self.head_takes_all_layers \
-            else out["sequence_output"]
-        kwargs = {}
-        if mask is not None and getattr(self.head, "takes_mask", False):
-            kwargs["mask"] = mask
-        if targets is not None and training and self.uses_targets:
-            kwargs["targets"] = targets
-        return self.head(head_inputs, training=training, **kwargs)
-
-    def _forward(self, tokens, states=None, training=False, targets=None):
-        out = self.backbone(tokens, states=states, training=training)
-        mask = out.get("padding_mask")
-        log_probs = self.head_log_probs(out, training=training, targets=targets)
-        if training:
-            self._add_activation_regularization(out["raw_layer_outputs"][-1],
-                                                out["sequence_output"], mask)
-        return log_probs, out["states"]
+    def _add_training_losses(self, out):
+        self._add_activation_regularization(out["raw_layer_outputs"][-1],
+                                            out["sequence_output"], out.get("padding_mask"))
 
     def _add_activation_regularization(self, raw_last, dropped_last, mask=None):
         """AR on the dropped last output, TAR on the undropped one (Merity et al. 2018 §4.6);
@@ -174,10 +114,8 @@ class AWDLSTM(LanguageModel):
 
     def get_config(self):
         config = super().get_config()
-        head = keras.saving.serialize_keras_object(self.head)
-        head["config"] = {k: v for k, v in head["config"].items() if k != "embedding"}
         backbone = self.backbone.get_config()
         config.update({key: backbone[key] for key in BACKBONE_ARGS})
-        config.update(vocab_size=self.vocab_size, alpha=self.alpha, beta=self.beta, head=head,
-                      freeze_base=self.freeze_base)
+        config.update(vocab_size=self.vocab_size, alpha=self.alpha, beta=self.beta,
+                      head=self._head_config(), freeze_base=self.freeze_base)
         return config

@@ -2,16 +2,14 @@
 
 import keras
 
-from tflm.language_model import LanguageModel
-from tflm.layers.head import head_from_config
-from zoo.heads import make_head
+from zoo.backbone_model import BackboneHeadModel
 from zoo.zaremba_backbone import ZarembaBackbone, uniform_initializer
 
 BACKBONE_ARGS = ("hidden_dim", "num_layers", "dropout", "init_scale", "use_cudnn", "seed")
 
 
 @keras.saving.register_keras_serializable(package="zoo")
-class ZarembaLSTM(LanguageModel):
+class ZarembaLSTM(BackboneHeadModel):
     """The PTB tutorial's LSTM language model: `ZarembaBackbone` + an output head, trained
     with the tutorial's objective.
 
@@ -59,29 +57,10 @@ class ZarembaLSTM(LanguageModel):
             init_scale=init_scale, tied_output_bias=self.tie_weights and self.output_bias,
             use_cudnn=use_cudnn, seed=seed, name="backbone")
         self.vocab_size = self.backbone.vocab_size
+        # MoS on these baselines (Zhang 2018 §6.3): the latent size is the hidden size (the
+        # heads' default), as the printed parameter counts imply.
         self.head = self._build_head(head)
         self.freeze_base = False
-
-    @property
-    def embedding(self):
-        return self.backbone.embedding
-
-    @property
-    def lstms(self):
-        return self.backbone.lstms
-
-    def _build_head(self, head):
-        embedding = self.embedding if self.tie_weights else None
-        if isinstance(head, keras.layers.Layer):
-            return head
-        if isinstance(head, dict) and "registered_name" in head:  # from get_config
-            return head_from_config(head, embedding)
-        # MoS on these baselines (Zhang 2018 §6.3): the latent size is the hidden size (the
-        # heads' default), as the printed parameter counts imply
-        return make_head(head, embedding=embedding, vocab_size=self.vocab_size)
-
-    def state_sizes(self):
-        return self.backbone.layer_sizes()
 
     def build(self, input_shape=None):
         if self.built:
@@ -92,41 +71,10 @@ class ZarembaLSTM(LanguageModel):
             variable.assign(uniform(variable.shape, variable.dtype))
         self.built = True
 
-    @property
-    def uses_targets(self):
-        return bool(getattr(self.head, "takes_targets", False))
-
-    @property
-    def samples_in_training(self):
-        return bool(getattr(self.head, "samples_in_training", False))
-
-    def forward_with_state(self, tokens, states=None, training=False, targets=None):
-        """Pure forward pass: (log-probabilities, final [(h, c)] per layer)."""
-        if not self.built:
-            self.build()
-        return self._forward(tokens, states, training, targets)
-
-    def head_log_probs(self, out, training=False, targets=None):
-        """The head's log-probabilities for the backbone's outputs `out`."""
-        kwargs = {}
-        if out.get("padding_mask") is not None and getattr(self.head, "takes_mask", False):
-            kwargs["mask"] = out["padding_mask"]
-        if targets is not None and training and self.uses_targets:
-            kwargs["targets"] = targets
-        inputs = (out["layer_outputs"] if getattr(self.head, "takes_all_layers", False)
-                  else out["sequence_output"])
-        return self.head(inputs, training=training, **kwargs)
-
-    def _forward(self, tokens, states=None, training=False, targets=None):
-        out = self.backbone(tokens, states=states, training=training)
-        return self.head_log_probs(out, training=training, targets=targets), out["states"]
-
     def get_config(self):
         config = super().get_config()
-        head = keras.saving.serialize_keras_object(self.head)
-        head["config"] = {k: v for k, v in head["config"].items() if k != "embedding"}
         backbone = self.backbone.get_config()
         config.update({key: backbone[key] for key in BACKBONE_ARGS})
         config.update(vocab_size=self.vocab_size, tie_weights=self.tie_weights,
-                      output_bias=self.output_bias, head=head)
+                      output_bias=self.output_bias, head=self._head_config())
         return config

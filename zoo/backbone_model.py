@@ -1,0 +1,94 @@
+"""What every zoo language model shares: a backbone (embedding + LSTMs) and an output head."""
+
+import keras
+
+from tflm.language_model import LanguageModel
+from tflm.layers.head import head_from_config
+from zoo.heads import make_head
+
+
+class BackboneHeadModel(LanguageModel):
+    """A `tflm.LanguageModel` made of `self.backbone` and `self.head`.
+
+        out = backbone(tokens, states);   log P(. | c) = head(out["sequence_output"])
+
+    (a head with `takes_all_layers`, DOC, gets `out["layer_outputs"]`). The backbone returns
+    the dict of `zoo.AWDLSTMBackbone` ("sequence_output", "layer_outputs",
+    "raw_layer_outputs", "states", "padding_mask") and has `embedding`, `lstms` and
+    `layer_sizes()`. A subclass builds both in its constructor (the head with
+    `_build_head`) and may add training losses in `_add_training_losses`.
+    """
+
+    @property
+    def embedding(self):
+        """The backbone's `TiedEmbedding` (shared with a tied head)."""
+        return self.backbone.embedding
+
+    @property
+    def lstms(self):
+        """The backbone's LSTM layers, bottom first."""
+        return self.backbone.lstms
+
+    @property
+    def head_takes_all_layers(self):
+        return bool(getattr(self.head, "takes_all_layers", False))
+
+    def _build_head(self, head, **make_options):
+        """The head layer for `head` (a layer, a saved config, a name or a dict), tied to the
+        embedding when `self.tie_weights`; `make_options` go to `zoo.heads.make_head`."""
+        embedding = self.embedding if self.tie_weights else None
+        if isinstance(head, keras.layers.Layer):
+            return head
+        if isinstance(head, dict) and "registered_name" in head:  # from get_config
+            return head_from_config(head, embedding)
+        return make_head(head, embedding=embedding, vocab_size=self.vocab_size,
+                         **make_options)
+
+    def _head_config(self):
+        """The head's serialized config without its embedding (the backbone holds it)."""
+        head = keras.saving.serialize_keras_object(self.head)
+        head["config"] = {k: v for k, v in head["config"].items() if k != "embedding"}
+        return head
+
+    def state_sizes(self):
+        return self.backbone.layer_sizes()
+
+    @property
+    def uses_targets(self):
+        return bool(getattr(self.head, "takes_targets", False))
+
+    @property
+    def samples_in_training(self):
+        return bool(getattr(self.head, "samples_in_training", False))
+
+    def forward_with_state(self, tokens, states=None, training=False, targets=None):
+        """Pure forward pass: (log-probabilities, final [(h, c)] per layer). Builds the
+        model first when it is not built (so it saves and reloads like a built one).
+        `targets` `(batch, time)`: for a head that reads them in training (AdvSoft)."""
+        if not self.built:
+            self.build()
+        return self._forward(tokens, states, training, targets)
+
+    def head_log_probs(self, out, training=False, targets=None):
+        """The head's log-probabilities for the backbone's outputs `out` (what
+        `model.backbone(tokens, states)` returns): for evaluation procedures that need the
+        hidden states too (the cache pointer) without running the backbone twice."""
+        mask = out.get("padding_mask")
+        head_inputs = out["layer_outputs"] if self.head_takes_all_layers \
+            else out["sequence_output"]
+        kwargs = {}
+        if mask is not None and getattr(self.head, "takes_mask", False):
+            kwargs["mask"] = mask
+        if targets is not None and training and self.uses_targets:
+            kwargs["targets"] = targets
+        return self.head(head_inputs, training=training, **kwargs)
+
+    def _forward(self, tokens, states=None, training=False, targets=None):
+        out = self.backbone(tokens, states=states, training=training)
+        log_probs = self.head_log_probs(out, training=training, targets=targets)
+        if training:
+            self._add_training_losses(out)
+        return log_probs, out["states"]
+
+    def _add_training_losses(self, out):
+        """Losses beyond the NLL, from the backbone's outputs in training (none here)."""
