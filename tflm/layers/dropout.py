@@ -57,8 +57,40 @@ def per_stream_normal(shape, seed, dtype="float32"):
     return _per_stream(lambda s: keras.random.normal(s, dtype=dtype, seed=seed), shape)
 
 
+class _StreamMaskDropout(keras.layers.Layer):
+    """Inverted dropout with a Bernoulli(1 - p) mask of `mask_shape(x.shape)` (broadcast over
+    the input), drawn per stream (`per_stream_uniform`); identity at inference."""
+
+    def __init__(self, rate=0.5, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.rate = _check_rate(type(self).__name__, rate)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.supports_masking = True  # a Keras mask passes through, as keras.layers.Dropout
+
+    def mask_shape(self, shape):
+        raise NotImplementedError
+
+    def call(self, x, training=False):
+        if not training or self.rate == 0.0:
+            return x
+        keep = 1.0 - self.rate
+        mask_shape = self.mask_shape(tuple(ops.shape(x)))
+        mask = ops.cast(per_stream_uniform(mask_shape, self.seed_generator) < keep,
+                        x.dtype) / ops.cast(keep, x.dtype)
+        return x * mask
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(rate=self.rate, seed=self.seed)
+        return config
+
+
 @keras.saving.register_keras_serializable(package="tflm")
-class LockedDropout(keras.layers.Layer):
+class LockedDropout(_StreamMaskDropout):
     """Variational dropout: one mask per sequence, shared over time.
 
         y[b, t, :] = x[b, t, :] * m[b, :] / (1 - p),   m[b, j] ~ Bernoulli(1 - p)
@@ -81,34 +113,12 @@ class LockedDropout(keras.layers.Layer):
     Reference: Gal & Ghahramani 2016; Merity et al. 2018 (AWD-LSTM, "LockedDropout").
     """
 
-    def __init__(self, rate=0.5, seed=None, **kwargs):
-        super().__init__(**kwargs)
-        self.rate = _check_rate("LockedDropout", rate)
-        self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed)
-        self.supports_masking = True  # a Keras mask passes through, as keras.layers.Dropout
-
-    def call(self, x, training=False):
-        if not training or self.rate == 0.0:
-            return x
-        shape = ops.shape(x)
-        mask_shape = (shape[0], 1) + tuple(shape[2:])
-        keep = 1.0 - self.rate
-        mask = ops.cast(per_stream_uniform(mask_shape, self.seed_generator) < keep,
-                        x.dtype) / ops.cast(keep, x.dtype)
-        return x * mask
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(rate=self.rate, seed=self.seed)
-        return config
+    def mask_shape(self, shape):
+        return (shape[0], 1) + tuple(shape[2:])
 
 
 @keras.saving.register_keras_serializable(package="tflm")
-class StreamDropout(keras.layers.Layer):
+class StreamDropout(_StreamMaskDropout):
     """Standard dropout, a fresh mask per element and time step, drawn per stream.
 
         y = x * m / (1 - p),   m ~ Bernoulli(1 - p) elementwise,  same shape as x
@@ -128,28 +138,8 @@ class StreamDropout(keras.layers.Layer):
     connections).
     """
 
-    def __init__(self, rate=0.5, seed=None, **kwargs):
-        super().__init__(**kwargs)
-        self.rate = _check_rate("StreamDropout", rate)
-        self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed)
-        self.supports_masking = True
-
-    def call(self, x, training=False):
-        if not training or self.rate == 0.0:
-            return x
-        keep = 1.0 - self.rate
-        mask = ops.cast(per_stream_uniform(tuple(ops.shape(x)), self.seed_generator) < keep,
-                        x.dtype) / ops.cast(keep, x.dtype)
-        return x * mask
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(rate=self.rate, seed=self.seed)
-        return config
+    def mask_shape(self, shape):
+        return tuple(shape)
 
 
 @keras.saving.register_keras_serializable(package="tflm")
