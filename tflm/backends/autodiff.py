@@ -43,48 +43,8 @@ def value_and_vjp(fn, primals, cotangents):
         `(outputs, grads)`: the outputs (no gradient history) and one tensor per primal
         (zeros where an output does not depend on it).
     """
-    name = keras.backend.backend()
-    if name == "tensorflow":
-        return _tensorflow_vjp(fn, primals, cotangents)
-    if name == "jax":
-        return _jax_vjp(fn, primals, cotangents)
-    if name == "torch":
-        return _torch_vjp(fn, primals, cotangents)
-    raise NotImplementedError(
-        f"vector-Jacobian products are not available on the {name!r} Keras backend; "
-        "use TensorFlow, JAX or PyTorch.")
-
-
-def _tensorflow_vjp(fn, primals, cotangents):
-    import tensorflow as tf
-    with tf.GradientTape(persistent=False) as tape:
-        for p in primals:
-            tape.watch(p)
-        outputs = list(fn(list(primals)))
-    grads = tape.gradient(outputs, list(primals), output_gradients=list(cotangents),
-                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
-    return [tf.stop_gradient(o) for o in outputs], list(grads)
-
-
-def _jax_vjp(fn, primals, cotangents):
-    import jax
-    outputs, pullback = jax.vjp(lambda *p: list(fn(list(p))), *primals)
-    return outputs, list(pullback(list(cotangents)))
-
-
-def _torch_vjp(fn, primals, cotangents):
-    import torch
-    with torch.enable_grad():
-        leaves = [p.detach().requires_grad_(True) for p in primals]
-        outputs = list(fn(leaves))
-        pairs = [(o, c) for o, c in zip(outputs, cotangents) if o.requires_grad]
-        if pairs:
-            grads = torch.autograd.grad([o for o, _ in pairs], leaves,
-                                        grad_outputs=[c for _, c in pairs], allow_unused=True)
-        else:
-            grads = [None] * len(leaves)
-    grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, leaves)]
-    return [o.detach() for o in outputs], grads
+    outputs, pullback = value_and_pullback(fn, primals)
+    return outputs, pullback(cotangents)
 
 
 def value_and_pullback(fn, primals):
@@ -98,39 +58,50 @@ def value_and_pullback(fn, primals):
     """
     name = keras.backend.backend()
     if name == "tensorflow":
-        import tensorflow as tf
-        tape = tf.GradientTape(persistent=False)
-        with tape:
-            for p in primals:
-                tape.watch(p)
-            outputs = list(fn(list(primals)))
-
-        def pullback(cotangents):
-            return list(tape.gradient(outputs, list(primals),
-                                      output_gradients=list(cotangents),
-                                      unconnected_gradients=tf.UnconnectedGradients.ZERO))
-
-        return [tf.stop_gradient(o) for o in outputs], pullback
+        return _tensorflow_pullback(fn, primals)
     if name == "jax":
-        import jax
-        outputs, vjp = jax.vjp(lambda *p: list(fn(list(p))), *primals)
-        return outputs, lambda cotangents: list(vjp(list(cotangents)))
+        return _jax_pullback(fn, primals)
     if name == "torch":
-        import torch
-        with torch.enable_grad():
-            leaves = [p.detach().requires_grad_(True) for p in primals]
-            outputs = list(fn(leaves))
-
-        def pullback(cotangents):
-            pairs = [(o, c) for o, c in zip(outputs, cotangents) if o.requires_grad]
-            grads = [None] * len(leaves)
-            if pairs:
-                grads = torch.autograd.grad([o for o, _ in pairs], leaves,
-                                            grad_outputs=[c for _, c in pairs],
-                                            allow_unused=True)
-            return [torch.zeros_like(p) if g is None else g for g, p in zip(grads, leaves)]
-
-        return [o.detach() for o in outputs], pullback
+        return _torch_pullback(fn, primals)
     raise NotImplementedError(
         f"vector-Jacobian products are not available on the {name!r} Keras backend; "
         "use TensorFlow, JAX or PyTorch.")
+
+
+def _tensorflow_pullback(fn, primals):
+    import tensorflow as tf
+    with tf.GradientTape(persistent=False) as tape:
+        for p in primals:
+            tape.watch(p)
+        outputs = list(fn(list(primals)))
+
+    def pullback(cotangents):
+        return list(tape.gradient(outputs, list(primals), output_gradients=list(cotangents),
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO))
+
+    return [tf.stop_gradient(o) for o in outputs], pullback
+
+
+def _jax_pullback(fn, primals):
+    import jax
+    outputs, vjp = jax.vjp(lambda *p: list(fn(list(p))), *primals)
+    return outputs, lambda cotangents: list(vjp(list(cotangents)))
+
+
+def _torch_pullback(fn, primals):
+    import torch
+    with torch.enable_grad():
+        leaves = [p.detach().requires_grad_(True) for p in primals]
+        outputs = list(fn(leaves))
+
+    def pullback(cotangents):
+        grads = [None] * len(leaves)
+        pairs = [(o, c) for o, c in zip(outputs, cotangents) if o.requires_grad]
+        if pairs:
+            with torch.enable_grad():
+                grads = torch.autograd.grad([o for o, _ in pairs], leaves,
+                                            grad_outputs=[c for _, c in pairs],
+                                            allow_unused=True)
+        return [torch.zeros_like(p) if g is None else g for g, p in zip(grads, leaves)]
+
+    return [o.detach() for o in outputs], pullback

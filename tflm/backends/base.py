@@ -136,3 +136,13 @@ def window_nll(log_probs, targets):
         keras.ops.cast(log_probs, "float32"),
         keras.ops.expand_dims(keras.ops.cast(targets, "int32"), -1), axis=-1)
     return -keras.ops.mean(picked)
+
+
+def states_or_zeros(model, tokens, states):
+    """`states`, or zero (h, c) per layer of `model.state_sizes()` for the batch of `tokens`
+    (B, T): what a window starts from when no state is carried in."""
+    if states is not None:
+        return states
+    batch = int(tokens.shape[0])
+    return [(keras.ops.zeros((batch, size)), keras.ops.zeros((batch, size)))
+            for size in model.state_sizes()]

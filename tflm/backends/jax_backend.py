@@ -21,7 +21,7 @@ import jax
 import keras
 
 from tflm.backends import jax_lstm
-from tflm.backends.base import Backend, window_nll
+from tflm.backends.base import Backend, states_or_zeros, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 from tflm.backends.jax_streams import JaxStreamState
 
@@ -134,10 +134,7 @@ class JaxBackend(Backend):
 
             forward = jax.jit(run)
             self._window_forwards[model] = forward
-        if states is None:
-            batch = int(tokens.shape[0])
-            states = [(jax.numpy.zeros((batch, size)), jax.numpy.zeros((batch, size)))
-                      for size in model.state_sizes()]
+        states = states_or_zeros(model, tokens, states)
         return forward([v.value for v in variables], jax.numpy.asarray(tokens, "int32"),
                        [tuple(p) for p in states])
 
@@ -157,10 +154,7 @@ class JaxBackend(Backend):
 
             step = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
             self._window_steps[model] = step
-        if states is None:
-            batch = int(tokens.shape[0])
-            states = [(jax.numpy.zeros((batch, size)), jax.numpy.zeros((batch, size)))
-                      for size in model.state_sizes()]
+        states = states_or_zeros(model, tokens, states)
         (loss, new_states), grads = step([v.value for v in variables],
                                          jax.numpy.asarray(tokens, "int32"),
                                          jax.numpy.asarray(targets, "int32"),

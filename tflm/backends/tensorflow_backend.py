@@ -5,7 +5,7 @@ import weakref
 import keras
 import tensorflow as tf
 
-from tflm.backends.base import Backend, window_nll
+from tflm.backends.base import Backend, states_or_zeros, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 from tflm.backends.tensorflow_streams import TensorFlowStreamState
 from tflm.distribute import is_multi_worker
@@ -108,10 +108,7 @@ class TensorFlowBackend(Backend):
                 return loss, grads, [tuple(pair) for pair in new_states]
 
             self._window_steps[model] = step
-        if states is None:
-            batch = int(tokens.shape[0])
-            states = [(tf.zeros((batch, size)), tf.zeros((batch, size)))
-                      for size in model.state_sizes()]
+        states = states_or_zeros(model, tokens, states)
         loss, grads, new_states = step(tf.convert_to_tensor(tokens, tf.int32),
                                        tf.convert_to_tensor(targets, tf.int32),
                                        [tuple(pair) for pair in states])
@@ -133,10 +130,7 @@ class TensorFlowBackend(Backend):
             self._window_forwards[model] = forward
         if not model.built:
             model.build()
-        if states is None:
-            batch = int(tokens.shape[0])
-            states = [(tf.zeros((batch, size)), tf.zeros((batch, size)))
-                      for size in model.state_sizes()]
+        states = states_or_zeros(model, tokens, states)
         return forward(tf.convert_to_tensor(tokens, tf.int32), [tuple(p) for p in states])
 
     def step_logs(self, model, logs):
