@@ -31,7 +31,6 @@ import json
 import math
 import os
 import pathlib
-import socket
 import statistics
 import subprocess
 import sys
@@ -106,16 +105,6 @@ def child(spec):
         print("RESULT " + json.dumps(result), flush=True)
 
 
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _launch(spec, env_extra=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow",
                PYTHONPATH=str(REPO), **(env_extra or {}))
@@ -136,7 +125,8 @@ def _collect(procs, timeout):
 
 def run_config(spec, timeout=900):
     if spec["strategy"] == "multi-worker":
-        workers = [f"127.0.0.1:{p}" for p in _free_ports(spec["replicas"])]
+        from tflm.distribute import free_local_ports
+        workers = [f"127.0.0.1:{p}" for p in free_local_ports(spec["replicas"])]
         procs = [_launch(spec, {"TF_CONFIG": json.dumps(
             {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}})})
             for i in range(spec["replicas"])]

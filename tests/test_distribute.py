@@ -3,7 +3,6 @@ on localhost."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO
+from tflm.distribute import free_local_ports
 
 # One subprocess (TensorFlow's logical devices are fixed at start-up) for every
 # MirroredStrategy check on two logical CPUs; each test reads its part of the result.
@@ -344,18 +344,8 @@ print("RESULT " + json.dumps({"eval": e, "ppl": h["perplexity"],
 """
 
 
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def test_multi_worker_on_localhost_equals_single_device():
-    workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    workers = [f"127.0.0.1:{p}" for p in free_local_ports(2)]
     procs = []
     for index in range(2):
         config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}

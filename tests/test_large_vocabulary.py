@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.test_distribute import _free_ports, _result, _run
+from tests.test_distribute import _result, _run
+from tflm.distribute import free_local_ports
 from tflm.data import ZipfLanguage
 
 
@@ -74,7 +75,7 @@ def test_sampled_training_at_100k_words_on_two_workers_equals_one_process():
     full-softmax evaluation over 100,000 words agrees to the rounding of float32 sums of
     100,000 terms split differently between the workers (mean NLL within 3e-5 relative;
     1.0e-5 seen)."""
-    workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    workers = [f"127.0.0.1:{p}" for p in free_local_ports(2)]
     procs = []
     for index in range(2):
         config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}

@@ -15,6 +15,7 @@ global batch.
 
 import json
 import os
+import socket
 
 import keras
 import numpy as np
@@ -101,6 +102,18 @@ def lm_dataset_for(strategy, ids, batch_size, bptt, **kwargs):
         return data.lm_dataset(rows, per, bptt, **kwargs)
 
     return strategy.distribute_datasets_from_function(make)
+
+
+def free_local_ports(count):
+    """`count` TCP ports free on 127.0.0.1 now, for a local MultiWorkerMirroredStrategy
+    cluster (`TF_CONFIG`'s "worker" addresses)."""
+    socks = [socket.socket() for _ in range(int(count))]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
 
 
 def is_multi_worker(strategy):
