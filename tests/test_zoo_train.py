@@ -30,6 +30,22 @@ def test_main_job_end_to_end(tmp_path, capsys):
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(metrics["history"]) == 2
     assert 1.0 < metrics["valid_perplexity"] < 40.0 * 1.5
+    # Where the time went: each epoch's loop, first step and validation, the run's phases.
+    for epoch in metrics["history"]:
+        assert 0 < epoch["first_step_seconds"] <= epoch["train_seconds"]
+        assert 0 < epoch["validation_seconds"]
+        assert epoch["train_seconds"] + epoch["validation_seconds"] <= epoch["epoch_seconds"]
+    seconds = metrics["seconds"]
+    assert {"load_data", "build", "fit", "save", "load_best", "evaluate_test",
+            "total"} <= set(seconds)
+    assert sum(h["epoch_seconds"] for h in metrics["history"]) <= seconds["fit"]
+    assert sum(v for k, v in seconds.items() if k != "total") <= seconds["total"]
+    # No averaging: best.keras holds the weights the best epoch validated, so that epoch's
+    # validation is the final valid figure (checked against a fresh evaluation below).
+    best = metrics["history"][metrics["best_epoch"] - 1]
+    assert metrics["evaluation"]["valid_from"] == f"epoch {metrics['best_epoch']}'s validation"
+    assert metrics["valid_perplexity"] == best["val_perplexity"]
+    assert "evaluate_valid" not in seconds
     assert metrics["optimal_perplexity"] < metrics["valid_perplexity"]
     config = json.loads((out / "config.json").read_text())
     assert config["training"]["batch_size"] == 8 and config["model"]["hidden_dim"] == 16
@@ -179,6 +195,8 @@ def test_et_asgd_run_then_finetune(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     metrics = json.loads((out / "metrics.json").read_text())
     assert [h["averaging"] for h in metrics["history"]] == [0.0, 1.0, 1.0]
+    # best.keras holds averaged weights: the final valid figure is evaluated afresh.
+    assert "valid_from" not in metrics["evaluation"] and "evaluate_valid" in metrics["seconds"]
     state = json.loads((out / "checkpoint" / "state.json").read_text())
     assert state["trigger"] is not None
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

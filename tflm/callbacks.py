@@ -12,9 +12,17 @@ class TrainingDiverged(RuntimeError):
 
 
 class WordsPerSecond(keras.callbacks.Callback):
-    """Adds `words_per_second` (training tokens / wall time of the epoch) to the epoch logs.
+    """Adds the epoch's training throughput and where its time went to the epoch logs:
 
-    Place it before `keras.callbacks.TensorBoard` in the callback list so the figure is
+        words_per_second     training tokens / seconds of the training loop (validation
+                             excluded, as salesforce/awd-lstm-lm's ms/batch excludes it)
+        train_seconds        epoch begin -> the end of the last training batch
+        first_step_seconds   epoch begin -> the end of the first batch (tracing / compiling
+                             the step lands here on TensorFlow and JAX)
+        validation_seconds   `fit`'s validation pass (0 without validation data)
+        epoch_seconds        epoch begin -> epoch end (all of the above)
+
+    Place it before `keras.callbacks.TensorBoard` in the callback list so the figures are
     logged. `tokens_per_epoch` is batch size x number of target positions.
     """
 
@@ -22,16 +30,37 @@ class WordsPerSecond(keras.callbacks.Callback):
         super().__init__()
         self.tokens_per_epoch = int(tokens_per_epoch)
         self.last = None
+        self._start = self._first = self._last_batch = self._test_start = self._test_end = None
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
+        self._first = self._last_batch = self._test_start = self._test_end = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._last_batch = time.perf_counter()
+        if self._first is None:
+            self._first = self._last_batch - self._start
+
+    def on_test_begin(self, logs=None):
+        if self._last_batch is not None:  # fit's validation, not a standalone evaluate
+            self._test_start = time.perf_counter()
+
+    def on_test_end(self, logs=None):
+        if self._test_start is not None:
+            self._test_end = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
-        seconds = time.perf_counter() - self._start
-        self.last = self.tokens_per_epoch / max(seconds, 1e-9)
+        end = time.perf_counter()
+        seconds = end - self._start
+        train = (self._last_batch or end) - self._start
+        self.last = self.tokens_per_epoch / max(train, 1e-9)
         if logs is not None:
             logs["words_per_second"] = self.last
             logs["epoch_seconds"] = seconds
+            logs["train_seconds"] = train
+            logs["first_step_seconds"] = self._first or 0.0
+            logs["validation_seconds"] = ((self._test_end or end) - self._test_start
+                                          if self._test_start is not None else 0.0)
 
 
 class BitsPerCharacter(keras.callbacks.Callback):

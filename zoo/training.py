@@ -8,7 +8,8 @@
                   once averaged SGD has switched)
   final.keras     the model after the last epoch (averaged weights likewise)
   checkpoint/     the last epoch's checkpoint, for `resume=True` (`zoo.checkpoint`)
-  metrics.json    per-epoch history and the final train/valid/test figures
+  metrics.json    per-epoch history (with where each epoch's time went), the final
+                  train/valid/test figures and `seconds`: wall time per phase of the run
   logs/           TensorBoard: loss, perplexity, learning rate, averaging, words/s, gradient
                   norm per epoch; embedding projector; top-5 predictions text
 
@@ -28,6 +29,7 @@ from zoo.builders import (build_model, make_lr_schedule, make_optimizer, make_tr
 from zoo.config import check_config
 from zoo.corpora import check_split_sizes, load_data
 from zoo.errors import UserError
+from zoo.phase_timer import PhaseTimer
 from zoo.resume import resume_config
 from zoo.rundir import NewRunDir, prepare_run_dir
 
@@ -132,12 +134,14 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
     line per epoch (`epoch_line`), 0 = silent.
     """
     out = pathlib.Path(out_dir)
+    timer = PhaseTimer()
     state, changed = None, False
     if resume:
         config, state, changed = resume_config(out, epochs)
     check_config(config)
     training = config["training"]
-    corpus, optimal = load_data(config["corpus"], data_dir)
+    with timer.phase("load_data"):
+        corpus, optimal = load_data(config["corpus"], data_dir)
     check_split_sizes(corpus, training)
     trigger = make_trigger(training, finetune=bool(finetune_from or config.get("finetune")))
     schedule = make_lr_schedule(training)  # training.when: lr / 10 after the listed epochs
@@ -151,11 +155,11 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
                           verbose=verbose,
                           state=state, rewrite_config=changed,
                           init_from=init_from, strategy_name=strategy_name,
-                          finetune_from=finetune_from)
+                          finetune_from=finetune_from, timer=timer)
 
 
 def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, state,
-           rewrite_config, init_from, strategy_name, finetune_from):
+           rewrite_config, init_from, strategy_name, finetune_from, timer):
     """`run` after its checks: build or load the model, train the remaining epochs with a
     checkpoint after each (`run_dir.keep()` after the first), write the outputs. The
     trigger's and the learning-rate schedule's states travel in the checkpoint."""
@@ -177,7 +181,7 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     resume = state is not None
 
     scope = strategy.scope() if strategy is not None else keras.name_scope("run")
-    with scope:
+    with timer.phase("build"), scope:
         if resume:
             model, state = checkpoint.load_checkpoint(out, print_)
         else:
@@ -221,6 +225,7 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
              TopPredictionsText(out / "logs", fixed_contexts(corpus.valid), vocabulary)]
     progress = [EpochProgbar(epochs)] if verbose == 1 else []
     history, best = state["history"], state["best"]
+    best_validated_as_saved = False  # best.keras holds the weights fit validated (below)
     for epoch in range(state["epoch"], epochs):
         if getattr(trigger, "stopped", False):  # the non-monotonic rule ended finetuning
             break
@@ -234,32 +239,39 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
                                              seed=seed, epoch=epoch, max_len=max_len,
                                              pad_to_multiple=pad)
         try:
-            hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
-                             epochs=epoch + 1, verbose=1 if verbose == 1 else 0,
-                             callbacks=[interrupt.CheckCtrlC(), StopOnNaN(), speed,
-                                        *before, board, *after, *progress])
+            with timer.phase("fit"):
+                hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
+                                 epochs=epoch + 1, verbose=1 if verbose == 1 else 0,
+                                 callbacks=[interrupt.CheckCtrlC(), StopOnNaN(), speed,
+                                            *before, board, *after, *progress])
         except TrainingDiverged as err:
             raise diverged(err, out, history, best) from err
         logs = {k: float(v[-1]) for k, v in hist.history.items()}
         logs["epoch"] = epoch + 1
         logs["learning_rate"] = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
         history.append(logs)
-        if best is None or logs["val_perplexity"] < best["val_perplexity"]:
-            best = logs
-            with averaged_weights(model):  # the averaged model, once averaging has started
-                model.save(out / "best.keras")
-        checkpoint.save_checkpoint(out, model, {
-            "epoch": epoch + 1, "history": history, "best": best, "fingerprint": print_,
-            "trigger": None if trigger is None else trigger.get_state(),
-            "lr_schedule": None if schedule is None else schedule.get_state()})
+        with timer.phase("save"):
+            if best is None or logs["val_perplexity"] < best["val_perplexity"]:
+                best = logs
+                with averaged_weights(model) as averaged:  # once averaging started
+                    model.save(out / "best.keras")
+                # Raw weights saved: fit validated these very weights (averages, once
+                # made, are never dropped during fit). With averages the validation may
+                # predate the switch to averaging, so the final evaluation is rerun.
+                best_validated_as_saved = not averaged
+            checkpoint.save_checkpoint(out, model, {
+                "epoch": epoch + 1, "history": history, "best": best, "fingerprint": print_,
+                "trigger": None if trigger is None else trigger.get_state(),
+                "lr_schedule": None if schedule is None else schedule.get_state()})
         run_dir.keep()
         if verbose == 2:
             print(epoch_line(logs, epochs), flush=True)
         interrupt.check()
-    with averaged_weights(model):
+    with timer.phase("save"), averaged_weights(model):
         model.save(out / "final.keras")
 
-    best_model = load_model(out / "best.keras")
+    with timer.phase("load_best"):
+        best_model = load_model(out / "best.keras")
     results = {"preset": config.get("preset"), "corpus": corpus.name,
                "vocab_size": len(vocabulary), "parameters": model.parameter_count(),
                "optimal_perplexity": optimal, "best_epoch": best["epoch"],
@@ -274,12 +286,22 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     for split, size in (("valid", int(final.get("valid_batch_size", eval_batch))),
                         ("test", int(final.get("test_batch_size", test_batch)))):
         results["evaluation"][f"{split}_batch_size"] = size
+        if (split == "valid" and best_validated_as_saved and size == eval_batch
+                and final_bptt == bptt and best.get("val_perplexity") is not None):
+            # The same weights, data, batch size and bptt as the best epoch's validation:
+            # its figure is this evaluation's (the reference reports it too).
+            results["valid_perplexity"] = float(best["val_perplexity"])
+            results["evaluation"]["valid_from"] = f"epoch {best['epoch']}'s validation"
+            continue
         ds = data.lm_dataset(corpus.split(split), size, final_bptt, train=False,
                              pad_to_multiple=pad)
-        results[f"{split}_perplexity"] = float(best_model.evaluate(
-            ds, verbose=0, return_dict=True, callbacks=[interrupt.CheckCtrlC()])["perplexity"])
+        with timer.phase(f"evaluate_{split}"):
+            results[f"{split}_perplexity"] = float(best_model.evaluate(
+                ds, verbose=0, return_dict=True,
+                callbacks=[interrupt.CheckCtrlC()])["perplexity"])
     if getattr(corpus, "level", "word") == "char":  # bits per character = log2(perplexity)
         for split in ("valid", "test"):
             results[f"{split}_bpc"] = math.log2(results[f"{split}_perplexity"])
+    results["seconds"] = timer.report()
     (out / "metrics.json").write_text(json.dumps(results, indent=2))
     return results

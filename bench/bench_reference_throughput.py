@@ -1,0 +1,259 @@
+"""Training throughput and whole-run time: `python -m zoo.train` against salesforce/awd-lstm-lm.
+
+    python bench/bench_reference_throughput.py --reference /path/to/awd-lstm-lm \
+        [--backends tensorflow torch jax] [--threads 1 2] [--repeats 3] \
+        [--train-tokens 100000] [--out /tmp/throughput] [--no-publish]
+
+`--reference` is a checkout of the published code (https://github.com/salesforce/awd-lstm-lm,
+commit 1d466ec): it is run from there, unmodified, and never copied into this repository.
+Two settings make it run on a current PyTorch without editing it: `--cuda` (the flag is
+`store_false`, so passing it selects the CPU) and `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`
+(its `torch.load` of the whole pickled model predates PyTorch 2.6's `weights_only`
+default).
+
+The configuration (issue 17): AWD-LSTM embedding 200, 3 LSTMs of 400 (the last 200),
+tied, batch 20, bptt 35, the PTB command's dropouts (0.4 / 0.25 / 0.4 / 0.1, weight drop
+0.5), AR 2 / TAR 1, SGD lr 30, clip 0.25, one epoch on the first `--train-tokens` PTB
+training tokens (cut at a line end, so both programs read the same files), validation at
+batch 10 after the epoch, the best model's test perplexity at batch 1 on the whole test
+split. Both programs read one data folder made here; tflm runs the `awd_lstm_ptb` preset
+with the sizes overridden.
+
+Measured per run, each in a fresh process with its thread pools pinned to `--threads`
+(`bench.frameworks.processes.worker_env`: OMP / MKL / TF / XLA pools; PyTorch reads
+OMP_NUM_THREADS), runs interleaved (repeat r runs every system once before repeat r + 1):
+
+  training words/s   training target tokens / seconds of the training loop, validation
+                     excluded. The reference: the sum of its per-batch `ms/batch` lines
+                     (`--log-interval 1`; the first line covers batches 0 and 1). tflm:
+                     `train_seconds` of `metrics.json`'s epoch (`tflm.callbacks.WordsPerSecond`).
+  whole run          the process's wall time: start-up, data, training, validation, saving,
+                     the final evaluation.
+  profile            where the whole run went: tflm's `metrics.json` `seconds` (phases of
+                     `zoo.training.run`) and the epoch's first-step / validation seconds;
+                     start-up = process wall - the run's own total. The reference's
+                     training, epoch (training + validation) and the rest.
+
+Medians over `--repeats`. Appends the tables to bench/RESULTS.md unless `--no-publish`.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+from bench.frameworks.processes import worker_env  # noqa: E402
+from machine import machine_line, publish  # noqa: E402
+
+EMBED, HIDDEN, BATCH, BPTT = 200, 400, 20, 35
+REFERENCE_FLAGS = ["--cuda", "--emsize", str(EMBED), "--nhid", str(HIDDEN), "--nlayers", "3",
+                   "--batch_size", str(BATCH), "--bptt", str(BPTT), "--dropouti", "0.4",
+                   "--dropouth", "0.25", "--seed", "141", "--epochs", "1",
+                   "--log-interval", "1"]
+TFLM_SETS = [f"model.embed_dim={EMBED}", f"model.hidden_dim={HIDDEN}", f"training.bptt={BPTT}",
+             f"training.batch_size={BATCH}"]
+
+
+def make_data(source, folder, train_tokens):
+    """The first `train_tokens` training tokens (<eos> counted, cut after a whole line) and
+    the whole valid and test splits of PTB, as train/valid/test.txt in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines, count = [], 0
+    with open(source / "train.txt") as f:
+        for line in f:
+            if count >= train_tokens:
+                break
+            lines.append(line)
+            count += len(line.split()) + 1
+    (folder / "train.txt").write_text("".join(lines))
+    for split in ("valid", "test"):
+        shutil.copyfile(source / f"{split}.txt", folder / f"{split}.txt")
+    return count
+
+
+def run_process(cmd, env, cwd, log_path):
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        code = subprocess.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - start
+    if code:
+        tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+        raise RuntimeError(f"{cmd[:3]} exited with {code} (log {log_path}): {tail}")
+    return wall
+
+
+def run_reference(args, data, work, threads, tag):
+    """One reference run; its figures parsed from its log."""
+    cwd = work / f"ref_{tag}"
+    shutil.rmtree(cwd, ignore_errors=True)
+    cwd.mkdir(parents=True)  # the reference caches its corpus in the working directory
+    env = worker_env("torch-native", "cpu", threads)
+    env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
+    log_path = work / f"ref_{tag}.log"
+    cmd = [sys.executable, "-u", str(pathlib.Path(args.reference) / "main.py"),
+           "--data", str(data), "--save", str(cwd / "model.pt"), *REFERENCE_FLAGS]
+    wall = run_process(cmd, env, cwd, log_path)
+    text = log_path.read_text()
+    batch_ms = [float(m) for m in re.findall(r"ms/batch\s+([\d.]+)", text)]
+    epoch = float(re.search(r"end of epoch\s+1 \| time:\s+([\d.]+)s", text).group(1))
+    valid = float(re.search(r"valid ppl\s+([\d.]+)", text).group(1))
+    test = float(re.search(r"test ppl\s+([\d.]+)", text).group(1))
+    train_seconds = sum(batch_ms) / 1000.0
+    return {"train_seconds": train_seconds, "epoch_seconds": epoch, "wall": wall,
+            "valid": valid, "test": test, "batches": len(batch_ms) + 1,
+            "profile": {"training loop": train_seconds,
+                        "validation": epoch - train_seconds,
+                        "start-up, data, model, test, saving": wall - epoch}}
+
+
+def run_tflm(args, data, work, threads, backend, tag):
+    out = work / f"{backend}_{tag}"
+    shutil.rmtree(out, ignore_errors=True)
+    env = worker_env(backend, "cpu", threads)
+    cmd = [sys.executable, "-m", "zoo.train", "--preset", "awd_lstm_ptb", "--corpus", str(data),
+           "--epochs", "1", "--quiet", "--out", str(out)]
+    for s in TFLM_SETS:
+        cmd += ["--set", s]
+    wall = run_process(cmd, env, REPO, work / f"{backend}_{tag}.log")
+    metrics = json.loads((out / "metrics.json").read_text())
+    epoch, phases = metrics["history"][0], metrics["seconds"]
+    first = epoch["first_step_seconds"]
+    profile = {"start-up (imports)": wall - phases["total"],
+               "data, model build": phases.get("load_data", 0) + phases.get("build", 0),
+               "first training step (tracing / compiling)": first,
+               "other training steps": epoch["train_seconds"] - first,
+               "validation": epoch["validation_seconds"],
+               "fit's other work (callbacks, TensorBoard)": phases["fit"] - epoch["train_seconds"]
+               - epoch["validation_seconds"],
+               "saving": phases.get("save", 0) + phases.get("load_best", 0),
+               "final valid evaluation": phases.get("evaluate_valid", 0),
+               "final test evaluation": phases.get("evaluate_test", 0)}
+    return {"train_seconds": epoch["train_seconds"], "epoch_seconds": epoch["epoch_seconds"],
+            "wall": wall, "valid": metrics["valid_perplexity"],
+            "test": metrics["test_perplexity"], "profile": profile,
+            "words_per_second": metrics["words_per_second"]}
+
+
+def report(args, rows, words, load_start, load_end, minutes):
+    systems = ["reference", *args.backends]
+    label = {"reference": "salesforce reference (PyTorch, native)",
+             "tensorflow": "tflm, TensorFlow", "torch": "tflm, Keras on PyTorch",
+             "jax": "tflm, JAX"}
+    med = {}
+    for (system, threads), runs in rows.items():
+        med[system, threads] = {
+            "wps": statistics.median(words / r["train_seconds"] for r in runs),
+            "wall": statistics.median(r["wall"] for r in runs),
+            "valid": statistics.median(r["valid"] for r in runs),
+            "test": statistics.median(r["test"] for r in runs),
+            "profile": {k: statistics.median(r["profile"][k] for r in runs)
+                        for k in runs[0]["profile"]},
+            "n": len(runs)}
+    lines = [f"### Training throughput against salesforce/awd-lstm-lm, AWD-LSTM {EMBED} / "
+             f"{HIDDEN} x 3 / {EMBED} tied, batch {BATCH}, bptt {BPTT} "
+             f"({time.strftime('%Y-%m-%d')})", "",
+             f"Machine: {machine_line()}. Load average (1/5/15 min) at the start: {load_start}; "
+             f"at the end: {load_end}. {minutes:.0f} min in all.",
+             f"Command: `python bench/bench_reference_throughput.py --reference "
+             f"AWD_LSTM_LM_CHECKOUT --backends {' '.join(args.backends)} --threads "
+             f"{' '.join(map(str, args.threads))} --repeats {args.repeats} --train-tokens "
+             f"{args.train_tokens}` (the reference at commit "
+             f"{args.reference_commit or 'unknown'}, run from its own checkout).", "",
+             f"One epoch on the first {args.train_tokens:,} PTB training tokens "
+             f"({words:,} target tokens a pass at batch {BATCH}), validation at batch 10, test "
+             "at batch 1 on the whole split; medians of "
+             f"{args.repeats} interleaved runs, each in a fresh process. Training words/s = "
+             "training tokens / seconds of the training loop (validation excluded); whole "
+             "run = process wall time. Ratios to the reference at the same thread count.", "",
+             "| system | threads | training words/s | vs reference | whole run s | vs reference "
+             "| valid ppl | test ppl |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for threads in args.threads:
+        ref = med.get(("reference", threads))
+        for system in systems:
+            m = med.get((system, threads))
+            if m is None:
+                continue
+            ratio_w = f"{m['wps'] / ref['wps']:.2f}x" if ref else "-"
+            ratio_t = f"{m['wall'] / ref['wall']:.2f}x" if ref else "-"
+            lines.append(f"| {label[system]} | {threads} | {m['wps']:,.0f} | {ratio_w} | "
+                         f"{m['wall']:.1f} | {ratio_t} | {m['valid']:.2f} | {m['test']:.2f} |")
+    lines += ["", "Where the whole run went (median seconds):", ""]
+    for (system, threads), m in sorted(med.items(), key=lambda kv: (kv[0][1],
+                                                                   systems.index(kv[0][0]))):
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in m["profile"].items())
+        lines.append(f"- {label[system]}, {threads} thread(s), {m['wall']:.1f} s: {parts}.")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--reference", required=True,
+                   help="a checkout of salesforce/awd-lstm-lm (its main.py is run)")
+    p.add_argument("--backends", nargs="*", default=["tensorflow", "torch", "jax"],
+                   choices=["tensorflow", "torch", "jax"])
+    p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--train-tokens", type=int, default=100_000)
+    p.add_argument("--data-dir", default=os.environ.get("TFLM_DATA_DIR", ""),
+                   help="folder holding penn/ (default $TFLM_DATA_DIR)")
+    p.add_argument("--out", default="/tmp/reference_throughput")
+    p.add_argument("--no-reference", action="store_true", help="time tflm only")
+    p.add_argument("--results", default=str(REPO / "bench" / "RESULTS.md"))
+    p.add_argument("--no-publish", action="store_true")
+    args = p.parse_args()
+    main_py = pathlib.Path(args.reference) / "main.py"
+    if not args.no_reference and not main_py.exists():
+        p.error(f"--reference {args.reference}: no main.py there; pass a checkout of "
+                "https://github.com/salesforce/awd-lstm-lm")
+    source = pathlib.Path(args.data_dir) / "penn"
+    if not (source / "train.txt").exists():
+        p.error(f"no PTB under {source}: pass --data-dir (the folder holding penn/)")
+    args.reference_commit = None
+    if not args.no_reference:
+        git = subprocess.run(["git", "-C", args.reference, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True)
+        args.reference_commit = git.stdout.strip() or None
+    work = pathlib.Path(args.out)
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / "data"
+    tokens = make_data(source, data, args.train_tokens)
+    words = (tokens // BATCH - 1) * BATCH
+    load_start = "/".join(f"{x:.2f}" for x in os.getloadavg())
+    started = time.perf_counter()
+    rows = {}
+    systems = ([] if args.no_reference else ["reference"]) + list(args.backends)
+    for repeat in range(args.repeats):
+        for threads in args.threads:
+            for system in systems:
+                tag = f"t{threads}_r{repeat}"
+                if system == "reference":
+                    result = run_reference(args, data, work, threads, tag)
+                else:
+                    result = run_tflm(args, data, work, threads, system, tag)
+                rows.setdefault((system, threads), []).append(result)
+                print(f"{system:10s} threads {threads} repeat {repeat}: "
+                      f"{words / result['train_seconds']:,.0f} words/s, whole run "
+                      f"{result['wall']:.1f} s, valid {result['valid']:.2f}, test "
+                      f"{result['test']:.2f}", flush=True)
+                (work / "runs.json").write_text(json.dumps(
+                    {f"{s}|{t}": r for (s, t), r in rows.items()}, indent=1))
+    load_end = "/".join(f"{x:.2f}" for x in os.getloadavg())
+    table = report(args, rows, words, load_start, load_end,
+                   (time.perf_counter() - started) / 60)
+    if args.no_publish:
+        print(table)
+    else:
+        publish(table, args.results)
+
+
+if __name__ == "__main__":
+    main()
