@@ -234,3 +234,43 @@ def test_torch_picks_its_fused_kernel_unless_told_otherwise():
         print(*kernels)
     """)
     assert out.split()[-3:] == ["fused", "fused", "portable"]
+
+
+def test_torch_inference_reuses_transposed_weights_until_they_are_written():
+    # Without autograd the fused kernel keeps W^T and U^T per weight tensor; a write to the
+    # weight (an optimizer step, set_weights) must make the next window use the new values,
+    # and a freed weight's copy must go with it.
+    out = run_in_backend("torch", """
+        import gc
+        import numpy as np, torch, keras
+        from tflm.backends.torch_lstm import TransposeCache, _INFERENCE_TRANSPOSES
+        from tflm.layers import WeightDropLSTM
+        cache = TransposeCache()
+        w = torch.randn(5, 8)
+        first = cache.transposed(w)
+        assert cache.transposed(w) is first and torch.equal(first, w.T)
+        w.add_(1.0)                                   # an in-place write
+        assert torch.equal(cache.transposed(w), w.T)
+        assert len(cache) == 1
+        del w, first
+        gc.collect()
+        assert len(cache) == 0
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(2, 6, 3)).astype("float32")
+        layer = WeightDropLSTM(4, weight_dropout=0.5, return_sequences=True)
+        layer.build(x.shape)
+        with torch.no_grad():
+            before = keras.ops.convert_to_numpy(layer(x))
+            new = [rng.normal(size=w.shape).astype("float32") for w in layer.get_weights()]
+            layer.set_weights(new)
+            after = keras.ops.convert_to_numpy(layer(x))
+        fresh = WeightDropLSTM(4, weight_dropout=0.5, return_sequences=True)
+        fresh.build(x.shape)
+        fresh.set_weights(new)
+        with torch.no_grad():
+            expected = keras.ops.convert_to_numpy(fresh(x))
+        print(float(np.abs(after - expected).max()), float(np.abs(after - before).max()),
+              layer.last_kernel)
+    """)
+    gap, moved, kernel = out.split()[-3:]
+    assert kernel == "fused" and float(gap) < 1e-6 and float(moved) > 1e-2

@@ -6,7 +6,7 @@ used here and nowhere else, with a comment saying why no public API serves;
 the arguments used here and behaves as relied on), so a Keras release that changes one
 fails that test by name instead of breaking training silently. Everything else in tflm,
 zoo, tools and bench uses public APIs only (PyTorch's included: `torch.lstm` is in
-`torch.__all__`).
+`torch.__all__`); the one private PyTorch attribute used is here too.
 """
 
 
@@ -62,6 +62,14 @@ def nested_layers(layer):
     # Layer._flatten_layers: Keras 3 has no public recursive sublayer walk (`Model.layers`
     # lists direct children only and a plain Layer has no `layers`).
     return layer._flatten_layers(include_self=True, recursive=True)
+
+
+def torch_tensor_version(tensor):
+    """PyTorch's in-place modification counter of `tensor`: it changes whenever the
+    tensor's data is written in place (an optimizer step, `Variable.assign`)."""
+    # Tensor._version: the counter autograd itself checks; PyTorch has no public way to
+    # tell whether a tensor was written since it was last read.
+    return tensor._version
 
 
 def in_symbolic_scope():

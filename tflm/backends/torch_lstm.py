@@ -9,7 +9,49 @@ and backward), which is what the native reference uses:
 
 (Keras and PyTorch share the gate order.) Gradients reach `kernel`, the dropped recurrent
 matrix and `bias` through the transposes, so DropConnect's mask still applies to dU.
+
+Without autograd (evaluation, export) the transposed copies of a weight are kept until the
+weight is written again (`TransposeCache`): at batch 1 copying the two matrices was a large
+part of a window's time, and evaluation reads the same weights for every window.
 """
+
+import weakref
+
+from tflm import compat
+
+
+class TransposeCache:
+    """`w.T.contiguous()` per weight tensor, reused while the tensor is unchanged: keyed by
+    the tensor's identity (an entry goes when its tensor is freed) and valid while the
+    tensor's in-place version counter is the one the copy was made at. (Not a
+    `WeakKeyDictionary`: it compares keys with `==`, element-wise on tensors.)"""
+
+    def __init__(self):
+        self._copies = {}  # id(weight) -> (weakref to weight, version, transposed copy)
+
+    def transposed(self, weight):
+        key, version = id(weight), compat.torch_tensor_version(weight)
+        hit = self._copies.get(key)
+        if hit is not None and hit[0]() is weight and hit[1] == version:
+            return hit[2]
+        copy = weight.T.contiguous()
+        self._copies[key] = (weakref.ref(weight, self._forget(key)), version, copy)
+        return copy
+
+    def _forget(self, key):
+        copies = self._copies
+
+        def forget(ref):
+            entry = copies.get(key)
+            if entry is not None and entry[0] is ref:
+                del copies[key]
+        return forget
+
+    def __len__(self):
+        return len(self._copies)
+
+
+_INFERENCE_TRANSPOSES = TransposeCache()
 
 
 def fused_lstm(inputs, initial_h, initial_c, kernel, recurrent_kernel, bias,
@@ -31,8 +73,12 @@ def fused_lstm(inputs, initial_h, initial_c, kernel, recurrent_kernel, bias,
     four_n = recurrent_kernel.shape[1]
     if bias is None:
         bias = torch.zeros(four_n, dtype=dtype, device=inputs.device)
-    params = [kernel.T.contiguous(), recurrent_kernel.T.contiguous(), bias.to(dtype),
-              torch.zeros(four_n, dtype=dtype, device=inputs.device)]
+    if torch.is_grad_enabled():  # the gradient must flow through the transposes
+        w_ih, w_hh = kernel.T.contiguous(), recurrent_kernel.T.contiguous()
+    else:
+        w_ih = _INFERENCE_TRANSPOSES.transposed(kernel)
+        w_hh = _INFERENCE_TRANSPOSES.transposed(recurrent_kernel)
+    params = [w_ih, w_hh, bias.to(dtype), torch.zeros(four_n, dtype=dtype, device=inputs.device)]
     outputs, h, c = torch.lstm(
         inputs, (initial_h.to(dtype)[None], initial_c.to(dtype)[None]), params,
         True,                      # has_biases
