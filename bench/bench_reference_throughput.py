@@ -27,6 +27,8 @@ OMP_NUM_THREADS), runs interleaved (repeat r runs every system once before repea
                      excluded. The reference: the sum of its per-batch `ms/batch` lines
                      (`--log-interval 1`; the first line covers batches 0 and 1). tflm:
                      `train_seconds` of `metrics.json`'s epoch (`tflm.callbacks.WordsPerSecond`).
+                     JAX compiles the step once per window shape: each run gets an empty
+                     compilation cache (`zoo.compilation_cache`) unless `--warm-jax-cache`.
   whole run          the process's wall time: start-up, data, training, validation, saving,
                      the final evaluation.
   profile            where the whole run went: tflm's `metrics.json` `seconds` (phases of
@@ -119,6 +121,12 @@ def run_tflm(args, data, work, threads, backend, tag):
     out = work / f"{backend}_{tag}"
     shutil.rmtree(out, ignore_errors=True)
     env = worker_env(backend, "cpu", threads)
+    # JAX: a fresh compilation cache per run (every compile counted, as a first run pays
+    # them), unless --warm-jax-cache shares one across the runs (what a rerun costs)
+    cache = work / ("jax_cache" if args.warm_jax_cache else f"jax_cache_{tag}")
+    if not args.warm_jax_cache:
+        shutil.rmtree(cache, ignore_errors=True)
+    env["TFLM_JAX_CACHE_DIR"] = str(cache)
     cmd = [sys.executable, "-m", "zoo.train", "--preset", "awd_lstm_ptb", "--corpus", str(data),
            "--epochs", "1", "--quiet", "--out", str(out)]
     for s in TFLM_SETS:
@@ -173,7 +181,9 @@ def report(args, rows, words, load_start, load_end, minutes):
              "at batch 1 on the whole split; medians of "
              f"{args.repeats} interleaved runs, each in a fresh process. Training words/s = "
              "training tokens / seconds of the training loop (validation excluded); whole "
-             "run = process wall time. Ratios to the reference at the same thread count.", "",
+             "run = process wall time. Ratios to the reference at the same thread count. JAX "
+             f"runs {'share a warm' if args.warm_jax_cache else 'each start with an empty'} "
+             "compilation cache.", "",
              "| system | threads | training words/s | vs reference | whole run s | vs reference "
              "| valid ppl | test ppl |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for threads in args.threads:
@@ -207,6 +217,9 @@ def main():
                    help="folder holding penn/ (default $TFLM_DATA_DIR)")
     p.add_argument("--out", default="/tmp/reference_throughput")
     p.add_argument("--no-reference", action="store_true", help="time tflm only")
+    p.add_argument("--warm-jax-cache", action="store_true",
+                   help="share one JAX compilation cache across the runs (default: a fresh "
+                        "one per run, so each pays its compiles)")
     p.add_argument("--results", default=str(REPO / "bench" / "RESULTS.md"))
     p.add_argument("--no-publish", action="store_true")
     args = p.parse_args()

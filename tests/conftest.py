@@ -6,6 +6,8 @@ import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# No shared JAX compilation cache between tests (test_compilation_cache.py uses its own).
+os.environ.setdefault("TFLM_JAX_CACHE_DIR", "off")
 
 import pytest  # noqa: E402
 

@@ -23,7 +23,7 @@ import json
 import math
 import pathlib
 
-from zoo import checkpoint, interrupt
+from zoo import checkpoint, compilation_cache, interrupt
 from zoo.builders import (build_model, make_lr_schedule, make_optimizer, make_trigger,
                           pad_to_multiple)
 from zoo.config import check_config
@@ -173,6 +173,7 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     from zoo.saving import load_model
 
     strategy = distribute.get_strategy(strategy_name) if strategy_name != "default" else None
+    jax_cache = compilation_cache.enable()  # JAX: a rerun skips the step compiles
     training = config["training"]
     seed = int(training.get("seed", 0))
     keras.utils.set_random_seed(seed)
@@ -277,6 +278,8 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
                "optimal_perplexity": optimal, "best_epoch": best["epoch"],
                "words_per_second": speed.last or best.get("words_per_second"),
                "history": history}
+    if jax_cache is not None:
+        results["jax_compilation_cache"] = str(jax_cache)
     results["train_perplexity"] = best.get("perplexity")
     results["train_perplexity_note"] = ("with dropout, averaged over the training epoch" if
                                         best["epoch"] else "the finetuned-from model was kept")
