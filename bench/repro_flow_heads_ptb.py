@@ -29,11 +29,11 @@ the table); `--reuse` keeps runs whose directory holds metrics.json (and its Q_t
 table lists every run found under `--out`. Appends the table to bench/RESULTS_flow_heads.md.
 
 Cost on a 2-core CPU at load ~8 (bench/RESULTS_flow_heads.md): base 3 epochs 5 min, control
-2, cnf 14, node 32 min per epoch-run; ccnf_frozen (at load 1.3-4.3, niced) 23 min (a 14-min
-training epoch with its validation, then the 400-token passes at batch 1 over all 10,000
-words' flows) plus 4 min for its 400 Q_theta rows. The ccnf runs evaluate in chunks of 1,000 words
-(`model.head.vocab_chunk`): the whole vocabulary in one solve ran out of memory (23.5 GiB)
-in the per-epoch validation at batch 10.
+2, cnf 14, node 32 min per epoch-run; at load 1.2-4.3 (niced): node_full 9 min, ccnf_frozen
+23 min (a 14-min training epoch with its validation, then the 400-token passes at batch 1
+over all 10,000 words' flows) plus 4 min for its 400 Q_theta rows. The ccnf runs evaluate
+in chunks of 1,000 words (`model.head.vocab_chunk`): the whole vocabulary in one solve ran
+out of memory (23.5 GiB) in the per-epoch validation at batch 10.
 """
 
 import argparse
