@@ -59,6 +59,12 @@ class LanguageModel(TokenWindowBuild, keras.Model):
     - `fit`, `evaluate`, `train_on_batch` and `test_on_batch` carry it: their batches are
       consecutive windows of the same streams, as the reference trains and evaluates.
 
+    `model.xla_evaluation = True` compiles evaluate's step (and fit's validation) with XLA
+    on TensorFlow even where Keras' `jit_compile="auto"` would not (a CPU), where the
+    executor's per-op overhead dominates small evaluation steps
+    (`TensorFlowBackend.make_test_function`); `zoo.train` sets it. Other backends compile
+    their steps already (JAX) or run eagerly (PyTorch).
+
     Everything that differs between TensorFlow, JAX and PyTorch is behind
     `tflm.backends.current()`; `traced_steps` counts the Python executions of the train and
     test steps (the traces under tf.function / jax.jit; every step on PyTorch).
@@ -324,6 +330,13 @@ class LanguageModel(TokenWindowBuild, keras.Model):
     def test_step(self, *args):
         self.traced_steps["test"] += 1
         return backends.current().test_step(self, *args)
+
+    # XLA for evaluation where the backend would not use it (TensorFlow on a CPU): see
+    # `tflm.backends.tensorflow_backend.TensorFlowBackend.make_test_function`.
+    xla_evaluation = False
+
+    def make_test_function(self, force=False):
+        return backends.current().make_test_function(self, super().make_test_function, force)
 
     # ---- passes over a split start from zero state --------------------------------------
     @contextlib.contextmanager

@@ -195,6 +195,9 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
                 check_init_model(init_from, model, vocabulary)
             if finetune_from:
                 load_for_finetune(model, finetune_from, vocabulary)
+    # TensorFlow: evaluation (fit's validation, the final passes) under XLA, also on a CPU
+    xla_evaluation = bool(training.get("xla_evaluation", True))
+    model.xla_evaluation = xla_evaluation
     if rewrite_config:  # a resume with a new --epochs: config.json records the new total
         (out / "config.json").write_text(json.dumps(config, indent=2))
     if finetune_from and not resume:
@@ -273,6 +276,7 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
 
     with timer.phase("load_best"):
         best_model = load_model(out / "best.keras")
+        best_model.xla_evaluation = xla_evaluation
     results = {"preset": config.get("preset"), "corpus": corpus.name,
                "vocab_size": len(vocabulary), "parameters": model.parameter_count(),
                "optimal_perplexity": optimal, "best_epoch": best["epoch"],
