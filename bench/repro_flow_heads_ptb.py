@@ -96,7 +96,8 @@ def runs(args):
         if name.startswith("ccnf"):
             # evaluation solves every word's flow: one solve of (10, 39, 10,000, 200) in the
             # per-epoch validation at batch 10 ran out of memory (23.5 GiB) here; chunks of
-            # 1,000 words bound it at no cost in time (RESULTS_flow_heads.md, batch-1 table)
+            # 1,000 words bound it at no cost in time (RESULTS_flow_heads.md, batch-1 table);
+            # the word-level ccnf presets now set it as well
             sets += ["model.head.vocab_chunk=1000"]
         if first400:
             if preset_name == BASE:
