@@ -55,3 +55,12 @@ def test_xla_only_where_it_applies():
     backend.make_test_function(model, make, force=True)
     assert seen == [False, True, False]
     assert model.jit_compile is False
+
+
+def test_zoo_compiles_only_passes_long_enough_to_repay_it():
+    from zoo.training import XLA_MIN_WINDOWS, xla_pays
+    long = np.zeros(XLA_MIN_WINDOWS * 35, "int32")  # batch 1, bptt 35: exactly enough
+    assert xla_pays("auto", long, 1, 35)
+    assert not xla_pays("auto", long[:-1], 1, 35)
+    assert not xla_pays("auto", long, 10, 35)       # a tenth of the windows at batch 10
+    assert xla_pays(True, long[:10], 1, 35) and not xla_pays(False, long, 1, 35)

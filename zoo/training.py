@@ -97,6 +97,20 @@ def fixed_contexts(ids, count=3, length=20):
     return [ids[s:s + length] for s in starts]
 
 
+XLA_MIN_WINDOWS = 500
+"""`training.xla_evaluation: "auto"` compiles an evaluation pass with XLA (TensorFlow) from
+this many windows: a compile costs ~2-4 s on the CPU of bench/RESULTS.md and saves
+~3-4 ms per batch-1 window there (the PTB test split: 2,355 windows, 30 -> 20-22 s)."""
+
+
+def xla_pays(setting, ids, batch, bptt):
+    """`model.xla_evaluation` for a pass over `ids` at `batch` x `bptt`: `setting` true or
+    false as given, "auto" when the pass has at least `XLA_MIN_WINDOWS` windows."""
+    if setting != "auto":
+        return bool(setting)
+    return len(ids) // max(batch * bptt, 1) >= XLA_MIN_WINDOWS
+
+
 def epoch_line(logs, epochs):
     """The one line `--quiet` prints per epoch: epoch, train loss and perplexity, validation
     perplexity, seconds (and "averaging" once averaged SGD has switched)."""
@@ -195,9 +209,11 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
                 check_init_model(init_from, model, vocabulary)
             if finetune_from:
                 load_for_finetune(model, finetune_from, vocabulary)
-    # TensorFlow: evaluation (fit's validation, the final passes) under XLA, also on a CPU
-    xla_evaluation = bool(training.get("xla_evaluation", True))
-    model.xla_evaluation = xla_evaluation
+    # TensorFlow: evaluation (fit's validation, the final passes) under XLA, also on a CPU,
+    # where the pass is long enough to repay the compiles
+    xla_evaluation = training.get("xla_evaluation", "auto")
+    model.xla_evaluation = xla_pays(xla_evaluation, corpus.valid, int(
+        training.get("eval_batch_size", 10)), int(training.get("bptt", 70)))
     if rewrite_config:  # a resume with a new --epochs: config.json records the new total
         (out / "config.json").write_text(json.dumps(config, indent=2))
     if finetune_from and not resume:
@@ -276,7 +292,6 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
 
     with timer.phase("load_best"):
         best_model = load_model(out / "best.keras")
-        best_model.xla_evaluation = xla_evaluation
     results = {"preset": config.get("preset"), "corpus": corpus.name,
                "vocab_size": len(vocabulary), "parameters": model.parameter_count(),
                "optimal_perplexity": optimal, "best_epoch": best["epoch"],
@@ -302,6 +317,9 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
             continue
         ds = data.lm_dataset(corpus.split(split), size, final_bptt, train=False,
                              pad_to_multiple=pad)
+        best_model.xla_evaluation = xla_pays(xla_evaluation, corpus.split(split), size,
+                                             final_bptt)
+        best_model.make_test_function(force=True)  # XLA or not, per split
         with timer.phase(f"evaluate_{split}"):
             results[f"{split}_perplexity"] = float(best_model.evaluate(
                 ds, verbose=0, return_dict=True,
