@@ -38,7 +38,6 @@ Q_theta 7-12 s a run.
 """
 
 import argparse
-import json
 import os
 import pathlib
 import shlex
@@ -48,8 +47,9 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from machine import machine_line, publish  # noqa: E402
-from repro_flow_heads import display, minutes_text, sh  # noqa: E402
-from repro_flow_heads_ptb import preset, train_cmd  # noqa: E402
+from repro_flow_heads import display, minutes_text  # noqa: E402
+from repro_flow_heads_ptb import (preset, rank_reports, train_and_export,  # noqa: E402
+                                  train_cmd)
 
 BASE = "awd_lstm_ptb_char"
 # name: (preset, label)
@@ -105,37 +105,12 @@ def main():
     total = time.perf_counter()
     rows = []
     for name, label, preset_name, cmd in runs(args):
-        run = out / name
-        selected = args.only is None or name in args.only
-        seconds = None
-        if selected and not (args.reuse and (run / "metrics.json").exists()):
-            code, seconds = sh(cmd, log)
-            if code != 0:
-                rows.append(dict(name=name, label=label, error=f"zoo.train exit {code}"))
-                continue
-            (run / "seconds.txt").write_text(f"{seconds:.1f}\n")
-        if not (run / "metrics.json").exists():
-            continue
-        if seconds is None and (run / "seconds.txt").exists():
-            seconds = float((run / "seconds.txt").read_text())
-        q = out / f"q_{name}.npy"
-        if selected and name not in args.no_q and not (args.reuse and q.exists()):
-            start = time.perf_counter()
-            sh([sys.executable, "-m", "tools.qmatrix", str(run / "best.keras"), "--corpus",
-                "ptb-char", "--split", "test", "--max-rows", str(args.q_rows), "--bptt", "150",
-                "--out", str(q)], log)
-            (out / f"q_{name}.seconds").write_text(f"{time.perf_counter() - start:.1f}\n")
-        rows.append(dict(name=name, label=label, preset=preset_name, cmd=cmd, seconds=seconds,
-                         q=q if q.exists() else None,
-                         metrics=json.loads((run / "metrics.json").read_text())))
-    with_q = [r for r in rows if r.get("q") is not None]
-    reports = {}
-    if with_q:
-        ranks_json = out / "ranks.json"
-        sh([sys.executable, "-m", "tools.rank", *[str(r["q"]) for r in with_q], "--labels",
-            *[r["name"] for r in with_q], "--json", str(ranks_json)], log)
-        if ranks_json.exists():
-            reports = {rep["label"]: rep for rep in json.loads(ranks_json.read_text())["reports"]}
+        done = train_and_export(args, out, log, name, cmd,
+                                ["--corpus", "ptb-char", "--split", "test", "--max-rows",
+                                 str(args.q_rows), "--bptt", "150"])
+        if done is not None:
+            rows.append(dict(name=name, label=label, preset=preset_name, cmd=cmd, **done))
+    reports = rank_reports(out, log, rows)
     minutes = (time.perf_counter() - total) / 60
     load_end = os.getloadavg()
     table = report(args, rows, reports, load_start, load_end, minutes)

@@ -112,6 +112,46 @@ def runs(args):
     return items
 
 
+def train_and_export(args, out, log, name, cmd, qmatrix_args):
+    """One run of a driver: train it with `cmd` unless `--only` leaves it out or `--reuse`
+    finds its metrics.json, then export its best model's Q_theta (`tools.qmatrix` with
+    `qmatrix_args`) unless `--no-q` names it or `--reuse` finds the file. Returns
+    {seconds, q, metrics}, {error} when zoo.train failed, or None when the run is absent."""
+    run = out / name
+    selected = args.only is None or name in args.only
+    seconds = None
+    if selected and not (args.reuse and (run / "metrics.json").exists()):
+        code, seconds = sh(cmd, log)
+        if code != 0:
+            return {"error": f"zoo.train exit {code}"}
+        (run / "seconds.txt").write_text(f"{seconds:.1f}\n")
+    if not (run / "metrics.json").exists():
+        return None
+    if seconds is None and (run / "seconds.txt").exists():
+        seconds = float((run / "seconds.txt").read_text())
+    q = out / f"q_{name}.npy"
+    if selected and name not in args.no_q and not (args.reuse and q.exists()):
+        start = time.perf_counter()
+        sh([sys.executable, "-m", "tools.qmatrix", str(run / "best.keras"), *qmatrix_args,
+            "--out", str(q)], log)
+        (out / f"q_{name}.seconds").write_text(f"{time.perf_counter() - start:.1f}\n")
+    return dict(seconds=seconds, q=q if q.exists() else None,
+                metrics=json.loads((run / "metrics.json").read_text()))
+
+
+def rank_reports(out, log, rows):
+    """`tools.rank` over the rows' exported Q_theta: {row name: its rank report}."""
+    with_q = [r for r in rows if r.get("q") is not None]
+    if not with_q:
+        return {}
+    ranks_json = out / "ranks.json"
+    sh([sys.executable, "-m", "tools.rank", *[str(r["q"]) for r in with_q], "--labels",
+        *[r["name"] for r in with_q], "--json", str(ranks_json)], log)
+    if not ranks_json.exists():
+        return {}
+    return {rep["label"]: rep for rep in json.loads(ranks_json.read_text())["reports"]}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
@@ -136,38 +176,13 @@ def main():
     total = time.perf_counter()
     rows = []
     for name, label, preset_name, frozen, first400, cmd in runs(args):
-        run = out / name
-        selected = args.only is None or name in args.only
-        seconds = None
-        if selected and not (args.reuse and (run / "metrics.json").exists()):
-            code, seconds = sh(cmd, log)
-            if code != 0:
-                rows.append(dict(name=name, label=label, error=f"zoo.train exit {code}"))
-                continue
-            (run / "seconds.txt").write_text(f"{seconds:.1f}\n")
-        if not (run / "metrics.json").exists():
-            continue
-        if seconds is None and (run / "seconds.txt").exists():
-            seconds = float((run / "seconds.txt").read_text())
-        q = out / f"q_{name}.npy"
         rows_q = args.q_rows_ccnf if name.startswith("ccnf") else args.q_rows
-        if selected and name not in args.no_q and not (args.reuse and q.exists()):
-            start = time.perf_counter()
-            sh([sys.executable, "-m", "tools.qmatrix", str(run / "best.keras"), "--corpus",
-                "ptb", "--split", "test", "--max-rows", str(rows_q), "--out", str(q)], log)
-            (out / f"q_{name}.seconds").write_text(f"{time.perf_counter() - start:.1f}\n")
-        rows.append(dict(name=name, label=label, preset=preset_name, frozen=frozen,
-                         first400=first400, cmd=cmd, seconds=seconds,
-                         q=q if q.exists() else None, q_rows=rows_q,
-                         metrics=json.loads((run / "metrics.json").read_text())))
-    with_q = [r for r in rows if r.get("q") is not None]
-    reports = {}
-    if with_q:
-        ranks_json = out / "ranks.json"
-        sh([sys.executable, "-m", "tools.rank", *[str(r["q"]) for r in with_q], "--labels",
-            *[r["name"] for r in with_q], "--json", str(ranks_json)], log)
-        if ranks_json.exists():
-            reports = {rep["label"]: rep for rep in json.loads(ranks_json.read_text())["reports"]}
+        done = train_and_export(args, out, log, name, cmd,
+                                ["--corpus", "ptb", "--split", "test", "--max-rows", str(rows_q)])
+        if done is not None:
+            rows.append(dict(name=name, label=label, preset=preset_name, frozen=frozen,
+                             first400=first400, cmd=cmd, q_rows=rows_q, **done))
+    reports = rank_reports(out, log, rows)
     minutes = (time.perf_counter() - total) / 60
     load_end = os.getloadavg()
     table = report(args, rows, reports, load_start, load_end, minutes)
