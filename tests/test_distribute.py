@@ -198,6 +198,27 @@ for name, head in (("softmax", {"type": "softmax", "num_samples": 5, "sampling_s
         "loss": [h1["loss"], h2["loss"]],
         "weight_diff": float(max(np.abs(a - b).max() for a, b in
                                  zip(single.get_weights(), multi.get_weights())))}
+
+# Averaged SGD (the presets' optimizer): its averages are updated in a `cond` per variable
+# under the strategy's update context; every step is averaged (3 steps: the average is mean(theta_2, theta_3)).
+from tflm.optimizers import AveragedSGD, averaged_weights
+kw["head"] = {"type": "softmax"}
+single = AWDLSTM(30, **kw); single.build()
+single.compile(optimizer=AveragedSGD(2.0, start_averaging=0))
+with strategy.scope():
+    multi = AWDLSTM(30, **kw); multi.build(); multi.set_weights(single.get_weights())
+    multi.compile(optimizer=AveragedSGD(2.0, start_averaging=0))
+single.fit(ds, epochs=1, verbose=0)
+multi.fit(ds, epochs=1, verbose=0)
+with averaged_weights(single), averaged_weights(multi):
+    averaged = [single.get_weights(), multi.get_weights()]
+out["fit_asgd"] = {
+    "count": [single.optimizer.average_count, multi.optimizer.average_count],
+    "weight_diff": float(max(np.abs(a - b).max() for a, b in
+                             zip(single.get_weights(), multi.get_weights()))),
+    "average_diff": float(max(np.abs(a - b).max() for a, b in zip(*averaged))),
+    "average_moved": float(max(np.abs(a - b).max() for a, b in
+                               zip(averaged[0], single.get_weights())))}
 print("RESULT " + json.dumps(out))
 """
 
@@ -231,6 +252,13 @@ def test_mirrored_two_cpus_equals_single_device(mirrored):
         assert b == pytest.approx(a, rel=1e-5)
     assert r["weight_diff"] < 1e-5
     assert r["eval_after"][1] == pytest.approx(r["eval_after"][0], rel=1e-5)
+
+
+def test_mirrored_averaged_sgd_equals_single_device(mirrored):
+    r = mirrored["fit_asgd"]
+    assert r["count"] == [3, 3]
+    assert r["weight_diff"] < 1e-5 and r["average_diff"] < 1e-5
+    assert r["average_moved"] > 1e-4  # the average is not the last iterate
 
 
 def test_mirrored_perplexity_is_of_the_pass_not_the_mean_of_replicas(mirrored):
