@@ -19,7 +19,7 @@ next to the floor.
 
 Prints a markdown table per size (seconds, ratio to the floor, peak RSS, Press / numpy
 rank, differences against TSQR, gram's resolved floor vs the Press threshold) and appends
-it, with the machine, BLAS threads and load average, to ``bench/RESULTS_svd_gram.md``
+it, with the machine, BLAS threads and load average, to ``bench/RESULTS_svd.md``
 (`bench.machine.publish`).
 
 Usage::
@@ -184,7 +184,7 @@ def main(argv=None):
     p.add_argument("--threads", type=int,
                    help="BLAS threads of the workers (default: inherit the environment)")
     p.add_argument("--tmpdir", help="where to write the matrices (default: system temp)")
-    p.add_argument("--out", default=str(REPO / "bench" / "RESULTS_svd_gram.md"))
+    p.add_argument("--out", default=str(REPO / "bench" / "RESULTS_svd.md"))
     p.add_argument("--note", default="", help="text added below the table")
     p.add_argument("--worker", choices=METHODS + ("kernel",), help=argparse.SUPPRESS)
     p.add_argument("--path", help=argparse.SUPPRESS)

@@ -32,7 +32,7 @@ Methods:
   (``MemAvailable`` in /proc/meminfo): the thesis' float32 ``sgesdd``, bit for bit. For
   paths, memmaps and large arrays the fastest exact method that applies: ``"gram"`` (2.5x
   faster than TSQR and 2x faster than LAPACK at 82,430 x 5,000 in
-  bench/RESULTS_svd_gram.md) when its floor can lie below the requested threshold; else,
+  bench/RESULTS_svd.md) when its floor can lie below the requested threshold; else,
   or when the matrix's own floor does not (the result's ``note`` says so), ``"lapack"`` on
   the matrix read into memory when it fits as above (1.3x faster than TSQR there), and
   ``"tsqr"`` when it does not. Float64 matrices, ``dtype="float32"`` and ``device="gpu"``
