@@ -19,9 +19,14 @@ batch 10 after the epoch, the best model's test perplexity at batch 1 on the who
 split. Both programs read one data folder made here; tflm runs the `awd_lstm_ptb` preset
 with the sizes overridden.
 
-Measured per run, each in a fresh process with its thread pools pinned to `--threads`
+Measured per run, each in a fresh process with its thread pools sized to `--threads`
 (`bench.frameworks.processes.worker_env`: OMP / MKL / TF / XLA pools; PyTorch reads
-OMP_NUM_THREADS), runs interleaved (repeat r runs every system once before repeat r + 1):
+OMP_NUM_THREADS) and the process pinned to that many CPUs (`sched_setaffinity`, inherited
+by every thread): JAX's CPU client sizes its intra-op pool from the CPUs it may use and
+ignores `--xla_cpu_multi_thread_eigen=false`, so before the pinning a "1 thread" JAX run
+computed its output layer on both cores (a probe: 87.5 ms for its forward and backward at
+batch 20 x 35 with either flag, 147.3 ms pinned to one CPU). Runs interleaved (repeat r
+runs every system once before repeat r + 1):
 
   training words/s   training target tokens / seconds of the training loop, validation
                      excluded. The reference: the sum of its per-batch `ms/batch` lines
@@ -82,10 +87,17 @@ def make_data(source, folder, train_tokens):
     return count
 
 
-def run_process(cmd, env, cwd, log_path):
+def pinned_to(threads):
+    """A `preexec_fn` confining the child to the first `threads` CPUs it may use."""
+    cpus = sorted(os.sched_getaffinity(0))[:max(1, int(threads))]
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def run_process(cmd, env, cwd, log_path, threads):
     start = time.perf_counter()
     with open(log_path, "w") as log:
-        code = subprocess.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+        code = subprocess.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              preexec_fn=pinned_to(threads)).returncode
     wall = time.perf_counter() - start
     if code:
         tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
@@ -103,7 +115,7 @@ def run_reference(args, data, work, threads, tag):
     log_path = work / f"ref_{tag}.log"
     cmd = [sys.executable, "-u", str(pathlib.Path(args.reference) / "main.py"),
            "--data", str(data), "--save", str(cwd / "model.pt"), *REFERENCE_FLAGS]
-    wall = run_process(cmd, env, cwd, log_path)
+    wall = run_process(cmd, env, cwd, log_path, threads)
     text = log_path.read_text()
     batch_ms = [float(m) for m in re.findall(r"ms/batch\s+([\d.]+)", text)]
     epoch = float(re.search(r"end of epoch\s+1 \| time:\s+([\d.]+)s", text).group(1))
@@ -131,7 +143,7 @@ def run_tflm(args, data, work, threads, backend, tag):
            "--epochs", "1", "--quiet", "--out", str(out)]
     for s in TFLM_SETS:
         cmd += ["--set", s]
-    wall = run_process(cmd, env, REPO, work / f"{backend}_{tag}.log")
+    wall = run_process(cmd, env, REPO, work / f"{backend}_{tag}.log", threads)
     metrics = json.loads((out / "metrics.json").read_text())
     epoch, phases = metrics["history"][0], metrics["seconds"]
     first = epoch["first_step_seconds"]
