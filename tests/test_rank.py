@@ -283,3 +283,32 @@ def test_plots_use_log_axes_and_draw_the_press_threshold(tmp_path, monkeypatch):
     assert cumulative.get_xlim()[0] <= (spec.values[spec.values > 0].min() / spec.values[0])
     vertical = [line.get_xdata() for line in cumulative.lines if len(set(line.get_xdata())) == 1]
     assert any(np.isclose(x[0], rel) for x in vertical)
+
+
+def test_plots_of_a_gram_spectrum_draw_its_resolved_floor(tmp_path, monkeypatch):
+    import tools.plots as plots
+    axes = []
+    original = plots._figure
+
+    def recording_figure():
+        fig, ax = original()
+        axes.append(ax)
+        return fig, ax
+
+    monkeypatch.setattr(plots, "_figure", recording_figure)
+    q = _log_softmax32(np.random.default_rng(4).standard_normal((400, 30)) @
+                       np.random.default_rng(5).standard_normal((30, 60)))
+    np.save(tmp_path / "q.npy", q)
+    for method in ("gram", "tsqr"):
+        axes.clear()
+        spec = singular_values(tmp_path / "q.npy", method=method)
+        plots.plot_normalized([spec], ["m"], tmp_path / f"{method}.png")
+        plots.plot_singular_values([spec], ["m"], tmp_path / f"{method}_s.png")
+        labels = [[line.get_label() for line in ax.lines] for ax in axes]
+        if method == "tsqr":
+            assert not any("floor" in label for ls in labels for label in ls)
+            continue
+        normalized, raw = axes
+        floors = [line.get_ydata()[0] for ax, scale in ((normalized, spec.values[0]), (raw, 1.0))
+                  for line in ax.lines if "resolved floor" in line.get_label()]
+        np.testing.assert_allclose(floors, [spec.floor / spec.values[0], spec.floor])

@@ -13,7 +13,8 @@
 Every function takes a list of spectra (`SpectrumResult` or 1-D arrays) and labels, draws
 them overlaid with a legend, writes a PNG and returns its path. For a `SpectrumResult` (it
 knows Q's shape and dtype) the Press threshold 0.5 sqrt(M + N + 1) s_max eps is drawn as a
-dashed line in the series' colour: the values beyond it are what the Press rank leaves out. Figures are drawn on an Agg
+dashed line in the series' colour: the values beyond it are what the Press rank leaves out; for
+a ``gram`` spectrum its resolved floor is a dotted line, under which values are not resolved. Figures are drawn on an Agg
 canvas without touching the global matplotlib backend.
 
 Example:
@@ -78,6 +79,15 @@ def _check(spectra, labels):
     return spectra, labels
 
 
+def _draw_floor(ax, spec, label, line, scale):
+    """A dotted line at a ``gram`` spectrum's resolved floor (times `scale`): the values
+    under it are not resolved (tools.spectrum, the error bound of "gram")."""
+    floor = getattr(spec, "floor", None)
+    if floor:
+        ax.axhline(floor * scale, color=line.get_color(), ls=":", lw=0.8,
+                   label=f"{label}: resolved floor (gram)")
+
+
 def plot_singular_values(spectra, labels, path, title="Singular values of Q"):
     """s_i against index i (1-based), log-scaled y. Zeros are not drawn on the log axis."""
     spectra, labels = _check(spectra, labels)
@@ -90,6 +100,7 @@ def plot_singular_values(spectra, labels, path, title="Singular values of Q"):
         if rel is not None and s.size:
             ax.axhline(s[0] * rel, color=line.get_color(), ls="--", lw=0.8,
                        label=f"{label}: Press threshold")
+        _draw_floor(ax, spec, label, line, 1.0)
     ax.set_yscale("log")
     return _save(fig, ax, path, title, "index i", "singular value s_i", len(spectra))
 
@@ -110,6 +121,8 @@ def plot_normalized(spectra, labels, path, logy=True,
         if logy and rel is not None:
             ax.axhline(rel, color=line.get_color(), ls="--", lw=0.8,
                        label=f"{label}: Press threshold")
+        if logy and s.size and s[0] > 0:
+            _draw_floor(ax, spec, label, line, 1.0 / s[0])
     if logy:
         ax.set_yscale("log")
     return _save(fig, ax, path, title, "index i", "s_i / s_max", len(spectra))
