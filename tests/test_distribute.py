@@ -200,7 +200,8 @@ for name, head in (("softmax", {"type": "softmax", "num_samples": 5, "sampling_s
                                  zip(single.get_weights(), multi.get_weights())))}
 
 # Averaged SGD (the presets' optimizer): its averages are updated in a `cond` per variable
-# under the strategy's update context; every step is averaged (3 steps: the average is mean(theta_2, theta_3)).
+# under the strategy's update context; every step is averaged (3 steps: the average is
+# mean(theta_2, theta_3)).
 from tflm.optimizers import AveragedSGD, averaged_weights
 kw["head"] = {"type": "softmax"}
 single = AWDLSTM(30, **kw); single.build()

@@ -14,8 +14,8 @@ Every function takes a list of spectra (`SpectrumResult` or 1-D arrays) and labe
 them overlaid with a legend, writes a PNG and returns its path. For a `SpectrumResult` (it
 knows Q's shape and dtype) the Press threshold 0.5 sqrt(M + N + 1) s_max eps is drawn as a
 dashed line in the series' colour: the values beyond it are what the Press rank leaves out; for
-a ``gram`` spectrum its resolved floor is a dotted line, under which values are not resolved. Figures are drawn on an Agg
-canvas without touching the global matplotlib backend.
+a ``gram`` spectrum its resolved floor is a dotted line, under which values are not resolved.
+Figures are drawn on an Agg canvas without touching the global matplotlib backend.
 
 Example:
     >>> import numpy as np, tempfile, os
