@@ -43,18 +43,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import machine_line  # noqa: E402
+from tflm.data.corpus import read_split  # noqa: E402
+from tflm.data.vocabulary import Vocabulary  # noqa: E402
 
 WT2_VOCAB = 33_278
 STAGES = ("prepare", "train", "export", "rank")
-
-
-def split_words(path):
-    """The split's tokens as the references read them: words of each line, then <eos>."""
-    words = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            words += line.split() + ["<eos>"]
-    return words
 
 
 def prepare_corpus(data_dir, out, train_fraction=0.9, vocab_size=WT2_VOCAB):
@@ -67,13 +60,14 @@ def prepare_corpus(data_dir, out, train_fraction=0.9, vocab_size=WT2_VOCAB):
     (out / "valid.txt").write_text("".join(lines[cut:]), encoding="utf-8")
     (out / "test.txt").write_text((src / "test.txt").read_text(encoding="utf-8"),
                                   encoding="utf-8")
-    seen = dict.fromkeys(split_words(out / "train.txt") + split_words(out / "valid.txt")
-                         + split_words(out / "test.txt"))
+    seen = {}  # word -> id, in order of first appearance over train, valid, test
+    for split in ("train", "valid", "test"):
+        read_split(out / f"{split}.txt", seen)
     if len(seen) > vocab_size:
         raise SystemExit(f"the valid and test splits have {len(seen)} words, more than "
                          f"{vocab_size}")
     fillers = [f"<unused-{k}>" for k in range(vocab_size - len(seen))]
-    (out / "vocab.txt").write_text("\n".join(list(seen) + fillers) + "\n", encoding="utf-8")
+    Vocabulary(list(seen) + fillers).save(out / "vocab.txt")
     return {"words_in_splits": len(seen), "fillers": len(fillers), "train_lines": cut,
             "valid_lines": len(lines) - cut}
 
