@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from tests import peak_rss
 from tflm import data
 from tflm.data.vocabulary import Vocabulary
 from tools.qmatrix import VocabularyMismatchError, export_q, main
@@ -137,17 +138,7 @@ from tflm import data
 from tflm.data.vocabulary import Vocabulary
 from tools.qmatrix import export_q
 from zoo.awd_lstm import AWDLSTM
-
-def status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024.0
-
-def reset_peak():
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
-    return status("VmRSS")
-
+""" + peak_rss.HELPERS + """
 V, rows = 20_000, 2_100
 ids = np.random.default_rng(0).integers(0, V, rows + 1)
 corpus = data.Corpus(Vocabulary(f"w{i}" for i in range(V)), test=ids, name="wide")

@@ -253,7 +253,9 @@ def test_float16_q_reports_numpy_rank_as_undefined_not_zero(tmp_path, capsys):
     assert as32["numpy_rank"] is not None and as32["notes"] == []
 
 
-def test_plots_use_log_axes_and_draw_the_press_threshold(tmp_path, monkeypatch):
+@pytest.fixture
+def plot_axes(monkeypatch):
+    """The axes every `tools.plots` figure draws on, in order."""
     import tools.plots as plots
     axes = []
     original = plots._figure
@@ -264,6 +266,12 @@ def test_plots_use_log_axes_and_draw_the_press_threshold(tmp_path, monkeypatch):
         return fig, ax
 
     monkeypatch.setattr(plots, "_figure", recording_figure)
+    return axes
+
+
+def test_plots_use_log_axes_and_draw_the_press_threshold(tmp_path, plot_axes):
+    import tools.plots as plots
+    axes = plot_axes
     q = _log_softmax32(np.random.default_rng(2).standard_normal((300, 40)) @
                        np.random.default_rng(3).standard_normal((40, 90)))
     np.save(tmp_path / "q.npy", q)
@@ -285,17 +293,9 @@ def test_plots_use_log_axes_and_draw_the_press_threshold(tmp_path, monkeypatch):
     assert any(np.isclose(x[0], rel) for x in vertical)
 
 
-def test_plots_of_a_gram_spectrum_draw_its_resolved_floor(tmp_path, monkeypatch):
+def test_plots_of_a_gram_spectrum_draw_its_resolved_floor(tmp_path, plot_axes):
     import tools.plots as plots
-    axes = []
-    original = plots._figure
-
-    def recording_figure():
-        fig, ax = original()
-        axes.append(ax)
-        return fig, ax
-
-    monkeypatch.setattr(plots, "_figure", recording_figure)
+    axes = plot_axes
     q = _log_softmax32(np.random.default_rng(4).standard_normal((400, 30)) @
                        np.random.default_rng(5).standard_normal((30, 60)))
     np.save(tmp_path / "q.npy", q)

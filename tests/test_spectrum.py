@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
+from tests import peak_rss
 from tests.conftest import REPO
 from tools.qmatrix_io import QMatrixError, load_q, open_q
 from tools.spectrum import SpectrumResult, default_block_rows, singular_values
@@ -198,17 +199,7 @@ def test_load_q_returns_read_only_memmap(tmp_path):
 _RSS_SNIPPET = """
 import json, sys, numpy as np
 from tools.spectrum import singular_values
-
-def status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024.0
-
-def reset_peak():
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
-    return status("VmRSS")
-
+""" + peak_rss.HELPERS + """
 singular_values(np.ones((300, 100), np.float32), method="tsqr", block_rows=64)  # warm up
 q = sys.argv[1] if sys.argv[2] == "path" else np.load(sys.argv[1], mmap_mode="r")
 base = reset_peak()
