@@ -106,6 +106,9 @@ def _corpus(directory, train="a b c\nd e f\n" * 20, valid="a b\nc d\n" * 20,
     (["--set", "corpus.vocab_size=-5"], "vocab_size must be an integer >= 2, got -5"),
     (["--set", "training.final_evaluation.bptt=0"],
      "training.final_evaluation.bptt must be a positive integer; got 0"),
+    (["--set", "training.eval_window=long"],
+     'training.eval_window must be "auto" (long windows, same perplexity), "bptt" or a '
+     "positive integer; got 'long'"),
     (["--set", "model.num_layers=0"], "num_layers must be >= 1; got 0"),  # fails after mkdir
 ])
 def test_failed_start_is_one_line_and_leaves_no_run_folder(args, message, tmp_path, capsys):

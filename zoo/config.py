@@ -96,6 +96,8 @@ _TRAINING_RULES = (
     (("partial_shuffle", "fixed_windows"), lambda v: isinstance(v, bool), "true or false"),
     (("xla_evaluation",), lambda v: isinstance(v, bool) or v == "auto",
      '"auto", true or false'),
+    (("eval_window",), lambda v: v in ("auto", "bptt") or _integer(v) and v >= 1,
+     '"auto" (long windows, same perplexity), "bptt" or a positive integer'),
     (("lr_decay",), lambda v: v is None or _number(v) and 0 < v <= 1,
      "a number in (0, 1] (the factor per epoch after training.decay_after epochs) or null"),
     (("decay_after",), lambda v: _integer(v) and v >= 0,

@@ -1,12 +1,14 @@
 """`python -m zoo.evaluate`: the perplexity of a saved model, as training reports it.
 
     python -m zoo.evaluate RUN_DIR|MODEL.keras [--split test|valid] [--batch-size 1]
-        [--bptt T] [--corpus NAME] [--data-dir DIR] [--json OUT] [--quiet]
+        [--bptt T] [--window auto|bptt|T] [--corpus NAME] [--data-dir DIR] [--json OUT] [--quiet]
 
 The pass is the one `python -m zoo.train` ends with (`zoo.training`): the split batchified
 into `--batch-size` streams (the references' test protocol, batch 1, is the default), cut
 into windows of `--bptt` (default: the run's final-evaluation bptt, else 70), the state
-carried from window to window, evaluation mode, `model.evaluate`; perplexity =
+carried from window to window, evaluation mode, `model.evaluate`; computed at the longer
+windows `--window` names (default: as the run did, `zoo.eval_window`), which give the same
+log-probabilities when the state carries; perplexity =
 exp(total NLL / tokens predicted), and for a character-level corpus (`ptb-char`) bits per
 character, bpc = total NLL / (tokens ln 2) = log2(perplexity). With the run's own batch size and bptt it reproduces
 `metrics.json` exactly.
@@ -31,6 +33,7 @@ from zoo.errors import UserError
 
 EVALUATIONS_FILE = "evaluations.json"
 DEFAULT_BPTT = 70
+DEFAULT_TRAIN_BATCH = 20
 
 
 def run_bptt(config):
@@ -41,26 +44,46 @@ def run_bptt(config):
     return int(final.get("bptt", training.get("bptt", DEFAULT_BPTT)))
 
 
-def evaluate(run, split="test", batch_size=1, bptt=None, verbose=0):
-    """Evaluate `run` (a `zoo.saved_run.SavedRun`) on `split`; returns the result dict."""
+def run_window(config, split_bptt, batch_size, vocab_size, carries_state, setting=None):
+    """The window `zoo.train` computes a pass at `batch_size` x `split_bptt` with
+    (`zoo.eval_window`): `setting`, else the run's training.eval_window, else "auto"."""
+    from zoo.eval_window import evaluation_window
+    training = (config or {}).get("training") or {}
+    if setting is None:
+        setting = training.get("eval_window", "auto")
+    train_tokens = (int(training.get("batch_size", DEFAULT_TRAIN_BATCH))
+                    * int(training.get("bptt", DEFAULT_BPTT)))
+    try:
+        return evaluation_window(setting, split_bptt, batch_size, train_tokens, vocab_size,
+                                 carries_state)
+    except ValueError as err:
+        raise UserError(f"--window: {err}") from err
+
+
+def evaluate(run, split="test", batch_size=1, bptt=None, verbose=0, window=None):
+    """Evaluate `run` (a `zoo.saved_run.SavedRun`) on `split`; returns the result dict.
+    `window`: the window computed with ("auto", "bptt" or an integer; default the run's
+    setting, else "auto"): the perplexity is the bptt windows' (`zoo.eval_window`)."""
     from tflm import data
     from zoo.builders import pad_to_multiple
 
     bptt = run_bptt(run.config) if bptt is None else int(bptt)
     if batch_size < 1 or bptt < 1:
         raise UserError(f"--batch-size and --bptt must be positive; got {batch_size}, {bptt}.")
+    window = run_window(run.config, bptt, batch_size, run.model.vocab_size,
+                        getattr(run.model, "carry_state", True), window)
     ids = run.corpus.split(split)
     if len(ids) < 2 * batch_size:
         raise UserError(f"the {split} split has {len(ids)} tokens; --batch-size {batch_size} "
                         f"needs at least {2 * batch_size} (an input and a target per stream).")
     pad = pad_to_multiple(((run.config or {}).get("training")) or {})
-    ds = data.lm_dataset(ids, batch_size, bptt, train=False, pad_to_multiple=pad)
+    ds = data.lm_dataset(ids, batch_size, window, train=False, pad_to_multiple=pad)
     start = time.perf_counter()
     logs = run.model.evaluate(ds, verbose=verbose, return_dict=True)
     seconds = time.perf_counter() - start
     tokens = (len(ids) // batch_size - 1) * batch_size
     return {"model": str(run.model_path), "corpus": run.corpus.name, "split": split,
-            "batch_size": batch_size, "bptt": bptt, "perplexity": float(logs["perplexity"]),
+            "batch_size": batch_size, "bptt": bptt, "window": window, "perplexity": float(logs["perplexity"]),
             "loss": math.log(float(logs["perplexity"])), "tokens": tokens,
             "seconds": seconds, "words_per_second": tokens / max(seconds, 1e-9),
             **({"bpc": math.log2(float(logs["perplexity"]))}
@@ -81,6 +104,10 @@ def record(run, result):
     return path
 
 
+def _window(text):
+    return text if text in ("auto", "bptt") else int(text)
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="python -m zoo.evaluate",
                                 description="Perplexity of a saved language model, as "
@@ -89,7 +116,11 @@ def build_parser():
     p.add_argument("--split", default="test", choices=["valid", "test"])
     p.add_argument("--batch-size", type=int, default=1,
                    help="parallel streams (1: the references' test protocol)")
-    p.add_argument("--bptt", type=int, help="window length (default: the run's, else 70)")
+    p.add_argument("--bptt", type=int, help="the protocol's window length (default: the "
+                   "run's, else 70)")
+    p.add_argument("--window", type=_window, help='the window computed with: "auto" '
+                   '(longer windows, the same perplexity: zoo.eval_window), "bptt", or a '
+                   "length (default: the run's training.eval_window, else auto)")
     p.add_argument("--corpus", help="the corpus, when not the run's own")
     p.add_argument("--data-dir")
     p.add_argument("--json", help="also write the result to this file")
@@ -110,7 +141,7 @@ def main(argv=None):
         if note:
             print(note, file=sys.stderr)
         result = evaluate(run, args.split, args.batch_size, args.bptt,
-                          verbose=0 if args.quiet else 1)
+                          verbose=0 if args.quiet else 1, window=args.window)
     except UserError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2

@@ -29,6 +29,7 @@ from zoo.builders import (build_model, make_lr_schedule, make_optimizer, make_tr
 from zoo.config import check_config
 from zoo.corpora import check_split_sizes, load_data
 from zoo.errors import UserError
+from zoo.eval_window import evaluation_window
 from zoo.phase_timer import PhaseTimer
 from zoo.resume import resume_config
 from zoo.rundir import NewRunDir, prepare_run_dir
@@ -77,14 +78,11 @@ def load_for_finetune(model, run_dir, vocabulary):
     start_finetune(model)
 
 
-def finetune_baseline(model, out, strategy, valid_ids, training):
+def finetune_baseline(model, out, valid):
     """The model a finetune starts from is its first best: evaluate it on the validation
-    split and save it as `best.keras`, so that an epoch is kept only when it beats it (both
-    references' finetune.py start `stored_loss` from `evaluate(val_data)`)."""
-    from tflm import distribute
-    valid = distribute.lm_dataset_for(
-        strategy, valid_ids, int(training.get("eval_batch_size", 10)),
-        int(training.get("bptt", 70)), train=False, pad_to_multiple=pad_to_multiple(training))
+    dataset `valid` (fit's) and save it as `best.keras`, so that an epoch is kept only when
+    it beats it (both references' finetune.py start `stored_loss` from
+    `evaluate(val_data)`)."""
     logs = model.evaluate(valid, verbose=0, return_dict=True)
     model.save(out / "best.keras")
     return {"epoch": 0, "val_perplexity": float(logs["perplexity"]),
@@ -216,8 +214,6 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
         training.get("eval_batch_size", 10)), int(training.get("bptt", 70)))
     if rewrite_config:  # a resume with a new --epochs: config.json records the new total
         (out / "config.json").write_text(json.dumps(config, indent=2))
-    if finetune_from and not resume:
-        state["best"] = finetune_baseline(model, out, strategy, corpus.valid, training)
     if trigger is not None and state.get("trigger"):
         trigger.set_state(state["trigger"])
     if schedule is not None and state.get("lr_schedule"):
@@ -230,8 +226,18 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     max_len = training.get("max_seq_len")
     epochs = int(training.get("epochs", 1))
     pad = pad_to_multiple(training)
-    valid_ds = distribute.lm_dataset_for(strategy, corpus.valid, eval_batch, bptt, train=False,
+    # Evaluation windows longer than bptt where the perplexity is the same (zoo.eval_window)
+    window_setting = training.get("eval_window", "auto")
+
+    def eval_window(bptt_, batch_):
+        return evaluation_window(window_setting, bptt_, batch_, batch * bptt, len(vocabulary),
+                                 getattr(model, "carry_state", True))
+
+    valid_ds = distribute.lm_dataset_for(strategy, corpus.valid, eval_batch,
+                                         eval_window(bptt, eval_batch), train=False,
                                          pad_to_multiple=pad)
+    if finetune_from and not resume:
+        state["best"] = finetune_baseline(model, out, valid_ds)
     positions = (len(corpus.train) // batch) - 1
     speed = WordsPerSecond(tokens_per_epoch=batch * positions)
     board = keras.callbacks.TensorBoard(log_dir=str(out / "logs"),
@@ -304,18 +310,21 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
                                         best["epoch"] else "the finetuned-from model was kept")
     final = training.get("final_evaluation", {})
     final_bptt = int(final.get("bptt", bptt))
-    results["evaluation"] = {"bptt": final_bptt}
+    results["evaluation"] = {"bptt": final_bptt, "windows": {}}
     for split, size in (("valid", int(final.get("valid_batch_size", eval_batch))),
                         ("test", int(final.get("test_batch_size", test_batch)))):
         results["evaluation"][f"{split}_batch_size"] = size
+        window = eval_window(final_bptt, size)
+        results["evaluation"]["windows"][split] = window
         if (split == "valid" and best_validated_as_saved and size == eval_batch
-                and final_bptt == bptt and best.get("val_perplexity") is not None):
-            # The same weights, data, batch size and bptt as the best epoch's validation:
-            # its figure is this evaluation's (the reference reports it too).
+                and window == eval_window(bptt, eval_batch)
+                and best.get("val_perplexity") is not None):
+            # The same weights, data, batch size and windows as the best epoch's
+            # validation: its figure is this evaluation's (the reference reports it too).
             results["valid_perplexity"] = float(best["val_perplexity"])
             results["evaluation"]["valid_from"] = f"epoch {best['epoch']}'s validation"
             continue
-        ds = data.lm_dataset(corpus.split(split), size, final_bptt, train=False,
+        ds = data.lm_dataset(corpus.split(split), size, window, train=False,
                              pad_to_multiple=pad)
         best_model.xla_evaluation = xla_pays(xla_evaluation, corpus.split(split), size,
                                              final_bptt)
