@@ -4,13 +4,14 @@ softmax with a proposal Q) for heads whose full vocabulary is too costly in trai
 import keras
 from keras import ops
 
+from tflm import backends
+
 
 def token_nll(y_true, log_probs):
     """Per-token NLL: -log_probs[..., y_true], float32, shape of `y_true`."""
     y_true = ops.cast(y_true, "int32")
     log_probs = ops.cast(log_probs, "float32")
-    picked = ops.take_along_axis(log_probs, ops.expand_dims(y_true, -1), axis=-1)
-    return -ops.squeeze(picked, -1)
+    return -backends.current().pick_targets(log_probs, y_true)
 
 
 @keras.saving.register_keras_serializable(package="tflm")

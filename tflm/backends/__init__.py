@@ -10,6 +10,7 @@ the small interface of `tflm.backends.base.Backend` (docs/design.md, contract 6)
     jax_backend.py          JAX: stateless jitted steps                      (+ _streams.py)
     torch_backend.py        PyTorch: eager step
     lstm_kernels.py         which LSTM kernel runs a window: fused (cuDNN) or portable
+    lstm_backward.py        the portable loop's backward pass written out (one dU GEMM)
     torch_lstm.py, jax_lstm.py   the fused kernels Keras does not offer
 
 `current()` returns the object of the running Keras backend. Importing this package

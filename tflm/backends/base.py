@@ -17,6 +17,9 @@ everything that differs between Keras backends:
                                    `model.xla_evaluation`)
     step_logs(model, logs)         per-step logs as the trainer wants them
     is_concrete(tensor)            whether the tensor's values are known now
+    pick_targets(log_probs, targets)
+                                   log_probs[..., targets]: the loss's gather
+    written_lstm_backward()        whether the portable LSTM may take `lstm_backward`
     global_batch_block()           which block of the global batch this replica holds
     fused_lstm(...)                the fused LSTM kernel, or NotImplementedError
     window_gradients(model, x, y, states)
@@ -107,6 +110,16 @@ class Backend:
     # ---- tensors and kernels -------------------------------------------------------------
     def is_concrete(self, tensor):
         return True
+
+    def written_lstm_backward(self):
+        """Whether the portable LSTM loop may be differentiated by `lstm_backward` here."""
+        return True
+
+    def pick_targets(self, log_probs, targets):
+        """`log_probs[..., targets]`: `(..., V)` and int `(...)` -> `(...)`."""
+        from keras import ops
+        picked = ops.take_along_axis(log_probs, ops.expand_dims(targets, -1), axis=-1)
+        return ops.squeeze(picked, -1)
 
     def global_batch_block(self):
         """`(index, count)`: the calling replica holds rows `[index b, (index + 1) b)` of a

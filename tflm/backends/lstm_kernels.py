@@ -18,6 +18,7 @@ import collections
 from keras import ops
 
 from tflm import backends, compat
+from tflm.backends import lstm_backward
 
 KERNELS = ("auto", "fused", "portable")
 
@@ -39,14 +40,16 @@ def kernel_for_use_cudnn(use_cudnn):
 
 def lstm_window(cell, sequences, initial_state, mask, recurrent_kernel, *, kernel="auto",
                 return_sequences=True, go_backwards=False, unroll=False,
-                zero_output_for_mask=True):
+                zero_output_for_mask=True, training=False):
     """Run the LSTM `cell` (a `CellWeights` or a Keras LSTM cell: its kernel W, bias b and
     activations; `recurrent_kernel` as U) over
     `sequences` `(batch, time, features)` from `initial_state` [h, c].
 
     Returns an `LSTMWindow`: last output, outputs (`(batch, time, units)` when
     `return_sequences`, else `(batch, 1, units)`), final [h, c], the kernel that ran
-    ("fused" or "portable") and whether that kernel can run under XLA.
+    ("fused" or "portable") and whether that kernel can run under XLA. `training`: the
+    window will be differentiated, so the portable loop takes its written-out backward
+    pass where it applies (`lstm_backward`; the same gradients, fewer ops per step).
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(KERNELS)}; got {kernel!r}.")
@@ -65,24 +68,30 @@ def lstm_window(cell, sequences, initial_state, mask, recurrent_kernel, *, kerne
     last, outputs, states = portable_lstm(
         cell, sequences, initial_state, mask, recurrent_kernel,
         return_sequences=return_sequences, go_backwards=go_backwards, unroll=unroll,
-        zero_output_for_mask=zero_output_for_mask)
+        zero_output_for_mask=zero_output_for_mask, written_backward=training)
     return LSTMWindow(last, outputs, states, "portable", True)
 
 
 def portable_lstm(cell, sequences, initial_state, mask, recurrent_kernel, *,
                   return_sequences=True, go_backwards=False, unroll=False,
-                  zero_output_for_mask=True):
+                  zero_output_for_mask=True, written_backward=False):
     """The LSTM recursion with a given recurrent matrix (gate order i, f, c, o):
 
         z_t = (x_t W + b) + h_{t-1} U;   i, f, o = sigma(z_i, z_f, z_o);  g = tanh(z_c)
         c_t = f c_{t-1} + i g;           h_t = o tanh(c_t)
 
-    Masked steps hold the state. Returns `(last_output, outputs, [h, c])`."""
+    Masked steps hold the state. Returns `(last_output, outputs, [h, c])`.
+    `written_backward`: differentiate through `lstm_backward` where it applies, else
+    through autodiff of the loop."""
     kernel = ops.cast(cell.kernel, sequences.dtype)
     recurrent_kernel = ops.cast(recurrent_kernel, sequences.dtype)
     projected = ops.matmul(sequences, kernel)
     if cell.bias is not None:
         projected = projected + ops.cast(cell.bias, sequences.dtype)
+    if written_backward and lstm_backward.applies(cell, return_sequences, go_backwards,
+                                                  unroll):
+        return lstm_backward.lstm_with_backward(projected, recurrent_kernel, initial_state,
+                                                mask, zero_output_for_mask)
 
     def step(z_x, states):
         h_prev, c_prev = states

@@ -126,7 +126,8 @@ class WeightDropLSTM(keras.layers.LSTM):
             self._cell_weights(), sequences, list(initial_state), mask, self._recurrent_kernel(training),
             kernel=kernel_for_use_cudnn(self.use_cudnn),
             return_sequences=self.return_sequences, go_backwards=self.go_backwards,
-            unroll=self.unroll, zero_output_for_mask=self.zero_output_for_mask)
+            unroll=self.unroll, zero_output_for_mask=self.zero_output_for_mask,
+            training=bool(training))
         self.last_kernel = window.kernel
         if not window.xla_compatible:
             self.supports_jit = False  # cuDNN ops are not XLA-compatible (as keras.layers.LSTM)

@@ -1,0 +1,119 @@
+"""`tflm.backends.lstm_backward`: the portable LSTM's written-out backward pass gives the
+outputs, final state and gradients autodiff of the loop gives, masked and unmasked, on
+TensorFlow (in process) and JAX; and the layers use it only where it applies."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.backends import run_in_backend
+
+CHECK = r"""
+import json
+import numpy as np
+import keras
+from keras import ops
+from tflm.backends import lstm_backward
+from tflm.backends.autodiff import value_and_vjp
+from tflm.backends.lstm_kernels import CellWeights, portable_lstm
+
+B, T, F, N = 3, 7, 5, 4
+rng = np.random.default_rng(11)
+x = rng.normal(size=(B, T, F)).astype("float32")
+W = rng.normal(0, 0.7, (F, 4 * N)).astype("float32")
+U = rng.normal(0, 0.7, (N, 4 * N)).astype("float32")
+b = rng.normal(0, 0.3, 4 * N).astype("float32")
+h0 = rng.normal(size=(B, N)).astype("float32")
+c0 = rng.normal(size=(B, N)).astype("float32")
+cotangents = [rng.normal(size=s).astype("float32") for s in ((B, T, N), (B, N), (B, N))]
+masks = {"none": None,
+         "padded": np.arange(T)[None, :] < np.array([[7], [5], [2]]),  # padded windows
+         "holes": rng.random((B, T)) < 0.6}  # masked first steps too
+masks["holes"][0, :2] = False
+cell_of = lambda w, bias: CellWeights(w, bias, keras.activations.tanh,
+                                       keras.activations.sigmoid)
+result = {}
+cases = [("none", None, True)] + [(f"{name} {zero}", mask, zero)
+                                  for name, mask in list(masks.items())[1:]
+                                  for zero in ("zero", "held")]
+for name, mask, zero in cases:
+    got = {}
+    for written in (False, True):
+        def fn(p):
+            _, outputs, (h, c) = portable_lstm(cell_of(p[1], p[2]), p[0], [p[4], p[5]], mask,
+                                               p[3], written_backward=written,
+                                               zero_output_for_mask=zero == "zero")
+            return [outputs, h, c]
+        values, grads = value_and_vjp(fn, [ops.convert_to_tensor(a) for a in
+                                           (x, W, b, U, h0, c0)],
+                                      [ops.convert_to_tensor(c) for c in cotangents])
+        got[written] = [ops.convert_to_numpy(v) for v in list(values) + list(grads)]
+    result[name] = max(float(np.max(np.abs(a - w)) / max(1.0, float(np.max(np.abs(a)))))
+                       for a, w in zip(got[False], got[True]))
+cell = cell_of(W, b)
+result["applies"] = [lstm_backward.applies(cell, True, False, False),
+                     lstm_backward.applies(cell, False, False, False),
+                     lstm_backward.applies(cell, True, True, False),
+                     lstm_backward.applies(CellWeights(W, b, keras.activations.relu,
+                                                       keras.activations.sigmoid),
+                                           True, False, False)]
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_written_backward_equals_autodiff(backend):
+    result = json.loads(run_in_backend(backend, CHECK).strip().splitlines()[-1])
+    for name in ("none", "padded zero", "padded held", "holes zero", "holes held"):
+        assert result[name] < 2e-5, (name, result[name])
+    assert result["applies"] == [True, False, False, False]
+
+
+def test_layer_takes_it_in_training_only():
+    """A WeightDropLSTM window differentiated in a training call runs through the written
+    backward; its gradients equal the layer's with the loop differentiated by autodiff."""
+    import keras
+    from unittest import mock
+    from tflm.backends import lstm_backward
+    from tflm.layers import WeightDropLSTM
+    if keras.backend.backend() not in lstm_backward.BACKENDS:
+        pytest.skip("the written backward is for the traced-loop backends")
+    layer = WeightDropLSTM(6, weight_dropout=0.0, return_sequences=True, use_cudnn=False)
+    x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32")
+    layer(x)
+    with mock.patch.object(lstm_backward, "lstm_with_backward",
+                           wraps=lstm_backward.lstm_with_backward) as spy:
+        layer(x, training=False)
+        assert spy.call_count == 0
+        layer(x, training=True)
+        assert spy.call_count == 1
+
+
+PICK = r"""
+import json
+import numpy as np
+from keras import ops
+from tflm import backends
+from tflm.backends.autodiff import value_and_vjp
+rng = np.random.default_rng(3)
+log_probs = rng.normal(size=(3, 5, 11)).astype("float32")
+targets = rng.integers(0, 11, (3, 5)).astype("int32")
+cotangent = rng.normal(size=(3, 5)).astype("float32")
+pick = lambda p: [backends.current().pick_targets(p[0], ops.convert_to_tensor(targets))]
+values, grads = value_and_vjp(pick, [ops.convert_to_tensor(log_probs)],
+                              [ops.convert_to_tensor(cotangent)])
+want = np.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
+want_grad = np.zeros_like(log_probs)
+np.put_along_axis(want_grad, targets[..., None], cotangent[..., None], -1)
+print(json.dumps([float(np.abs(ops.convert_to_numpy(values[0]) - want).max()),
+                  float(np.abs(ops.convert_to_numpy(grads[0]) - want_grad).max())]))
+"""
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_pick_targets_and_its_gradient(backend):
+    """The loss's gather (`Backend.pick_targets`; TensorFlow's own, the others Keras'
+    take_along_axis) against NumPy: values and the scattered gradient."""
+    value_error, grad_error = json.loads(run_in_backend(backend, PICK).strip().splitlines()[-1])
+    assert value_error == 0.0 and grad_error == 0.0

@@ -1,0 +1,211 @@
+"""The portable LSTM loop with its backward pass written out (`lstm_with_backward`).
+
+Autodiff through a time loop (TensorFlow's while loop, JAX's scan) replays every step's
+ops in reverse one by one, and accumulates dU = sum_t h_{t-1}^T dz_t inside the loop: T
+products of (n x B) by (B x 4n), each reading and writing all of U. Written out, the
+backward loop holds one matmul per step (dz_t U^T) and the gate algebra, and dU is one
+(n x T B) by (T B x 4n) GEMM after it, as cuDNN's and oneDNN's LSTM backward do.
+
+Forward, gate order i, f, c, o as `lstm_kernels.portable_lstm`; p_t = x_t W + b is given,
+m_t is 1 on a real step and 0 on a masked one (which holds the state and outputs zero):
+
+    z_t = p_t + h_{t-1} U;   i, f, o = sigmoid(z_i, z_f, z_o);   g = tanh(z_c)
+    c~ = f c_{t-1} + i g;    h~ = o tanh(c~)
+    c_t = m c~ + (1 - m) c_{t-1};   h_t = m h~ + (1 - m) h_{t-1}
+    y_t = m h~  (zero_output_for_mask)   or   y_t = m h~ + (1 - m) y_{t-1}  (Keras' default:
+          a masked step repeats the previous output; y_{-1} is 0 in Keras' TensorFlow loop
+          and h_0 in its JAX loop, and each backend keeps its own)
+
+Backward, from the output gradient dy_t and the carried dh_t, dc_t (for the final state:
+the gradients of h_T, c_T); with repeated outputs the gradient a masked output passes back
+is carried too, e_t (e_T = 0), and dy_t stands for dy_t + e_t, with e_{t-1} = (1 - m) dy_t
+(on JAX e_{-1} adds to dh_0):
+
+    dh~ = m (dy_t + dh_t)
+    dc~ = m dc_t + dh~ o (1 - tanh^2 c_t)
+    dz_t = [dc~ g i (1 - i),  dc~ c_{t-1} f (1 - f),  dc~ i (1 - g^2),  dh~ tanh(c_t) o (1 - o)]
+    dh_{t-1} = dz_t U^T + (1 - m) dh_t;   dc_{t-1} = dc~ f + (1 - m) dc_t
+    dp_t = dz_t;   dU = sum_t h_{t-1}^T dz_t
+
+(c_t stands for c~: they are equal where m = 1, and where m = 0 both dh~ and dc~ vanish.)
+The gradients equal autodiff's to float rounding (tests/test_lstm_backward.py, every
+backend that runs it, masked and unmasked).
+"""
+
+import keras
+from keras import ops
+
+from tflm import compat
+
+# The backends whose portable loop is differentiated by tracing a loop (TensorFlow's while
+# loop, JAX's scan). PyTorch runs its fused kernel, whose backward is already written out.
+BACKENDS = ("tensorflow", "jax")
+
+
+def applies(cell, return_sequences, go_backwards, unroll):
+    """Whether `lstm_with_backward` computes this window: sigmoid / tanh gates, a whole
+    sequence returned in order, a backend whose loop autodiff replays step by step (and
+    that allows it here: `Backend.written_lstm_backward`)."""
+    from tflm import backends
+    return (keras.backend.backend() in BACKENDS and return_sequences and not go_backwards
+            and not unroll and backends.current().written_lstm_backward()
+            and getattr(cell.recurrent_activation, "__name__", "") == "sigmoid"
+            and getattr(cell.activation, "__name__", "") == "tanh")
+
+
+def lstm_with_backward(projected, recurrent_kernel, initial_state, mask=None,
+                       zero_output_for_mask=False):
+    """`(last_output, outputs, [h_T, c_T])` of the LSTM over `projected` = x W + b,
+    `(batch, time, 4 units)`, with the backward pass above. `mask` `(batch, time)`: true on
+    real steps, or None; a masked step outputs zero with `zero_output_for_mask`, else the
+    previous output (Keras' RNN semantics)."""
+    h0, c0 = (ops.cast(s, projected.dtype) for s in initial_state)
+    print("SHAPES", projected.shape, h0.shape, None if mask is None else mask.shape, file=__import__("sys").stderr)
+    recurrent_kernel = ops.cast(recurrent_kernel, projected.dtype)
+    if mask is None:
+        outputs, h_t, c_t = _differentiable(_unmasked)(projected, recurrent_kernel, h0, c0)
+    else:
+        steps = ops.expand_dims(ops.cast(mask, projected.dtype), -1)
+        masked = _masked_zero_output if zero_output_for_mask else _masked_held_output
+        outputs, h_t, c_t = _differentiable(masked)(projected, recurrent_kernel, h0, c0,
+                                                    steps)
+    return outputs[:, -1], outputs, [h_t, c_t]
+
+
+_DIFFERENTIABLE = {}
+
+
+def _differentiable(function):
+    """`function` under `keras.ops.custom_gradient`, made on first use: the decorator
+    exists on the `BACKENDS` only, so this module imports on every backend."""
+    if function not in _DIFFERENTIABLE:
+        _DIFFERENTIABLE[function] = ops.custom_gradient(function)
+    return _DIFFERENTIABLE[function]
+
+
+def _gates(z):
+    z_i, z_f, z_c, z_o = ops.split(z, 4, axis=-1)
+    return ops.sigmoid(z_i), ops.sigmoid(z_f), ops.tanh(z_c), ops.sigmoid(z_o)
+
+
+def _forward(projected, recurrent_kernel, h0, c0, steps, held_output=False):
+    """The forward loop: `(gates (i, f, g, o), h_t, c_t, y_t)` of every step, each
+    `(batch, time, units)`; y_t is None unless `held_output` (then it differs from m h_t)."""
+
+    def step(x_t, states):
+        h_prev, c_prev = states[0], states[1]
+        p_t = x_t if steps is None else x_t[:, :-1]
+        i, f, g, o = _gates(p_t + ops.matmul(h_prev, recurrent_kernel))
+        c = f * c_prev + i * g
+        h = o * ops.tanh(c)
+        if steps is None:
+            return (i, f, g, o, h, c), [h, c]
+        m = x_t[:, -1:]
+        new = [m * h + (1.0 - m) * h_prev, m * c + (1.0 - m) * c_prev]
+        if held_output:
+            new.append(m * h + (1.0 - m) * states[2])
+        return (i, f, g, o, *new), new
+
+    # One input tensor: Keras' TensorFlow loop reads the window length from a nested
+    # input's `.shape`, which a window of unknown length (fit's) does not have.
+    inputs = projected if steps is None else ops.concatenate([projected, steps], axis=-1)
+    initial = [h0, c0] + ([_first_held_output(h0)] if held_output else [])
+    _, saved, _ = compat.rnn_loop(step, inputs, initial, mask=None, go_backwards=False,
+                                  unroll=False, zero_output_for_mask=False,
+                                  return_all_outputs=True)
+    return tuple(saved[:4]), saved[4], saved[5], saved[6] if held_output else None
+
+
+def _backward(recurrent_kernel, h0, c0, steps, gates, h_states, c_states, d_outputs, d_h,
+              d_c, held_output=False):
+    """The backward loop (time reversed) and dU: `(dprojected, dU, dh0, dc0)`."""
+    units = h0.shape[-1]
+    c_prev = ops.concatenate([ops.expand_dims(c0, 1), c_states[:, :-1]], axis=1)
+    u_t = ops.transpose(recurrent_kernel)
+    parts = [d_outputs, *gates, c_states, c_prev] + ([] if steps is None else [steps])
+    reversed_inputs = ops.flip(ops.concatenate(parts, axis=-1), axis=1)
+
+    def step(x_t, carry):
+        dh, dc = carry[0], carry[1]
+        dy, i, f, g, o, c, c_before = (x_t[:, k * units:(k + 1) * units] for k in range(7))
+        if held_output:
+            dy = dy + carry[2]
+        tanh_c = ops.tanh(c)
+        m = None if steps is None else x_t[:, 7 * units:]
+        dh_new = dy + dh if m is None else m * (dy + dh)
+        dc_new = (dc if m is None else m * dc) + dh_new * o * (1.0 - tanh_c * tanh_c)
+        dz = ops.concatenate([dc_new * g * i * (1.0 - i), dc_new * c_before * f * (1.0 - f),
+                              dc_new * i * (1.0 - g * g), dh_new * tanh_c * o * (1.0 - o)],
+                             axis=-1)
+        new = [ops.matmul(dz, u_t), dc_new * f]
+        if m is not None:
+            new = [new[0] + (1.0 - m) * dh, new[1] + (1.0 - m) * dc]
+        if held_output:
+            new.append((1.0 - m) * dy)
+        return dz, new
+
+    initial = [d_h, d_c] + ([ops.zeros_like(d_h)] if held_output else [])
+    _, dz_reversed, carry = compat.rnn_loop(
+        step, reversed_inputs, initial, mask=None, go_backwards=False, unroll=False,
+        zero_output_for_mask=False, return_all_outputs=True)
+    dz = ops.flip(dz_reversed, axis=1)
+    h_prev = ops.concatenate([ops.expand_dims(h0, 1), h_states[:, :-1]], axis=1)
+    d_kernel = ops.matmul(ops.transpose(ops.reshape(h_prev, (-1, units))),
+                          ops.reshape(dz, (-1, 4 * units)))
+    d_h0 = carry[0]
+    if held_output and _HELD_FROM_H0.get(keras.backend.backend(), False):
+        d_h0 = d_h0 + carry[2]
+    return dz, d_kernel, d_h0, carry[1]
+
+
+# Keras' loop on JAX repeats the previous *state* h at a masked step (so h_0 before any
+# real step), on TensorFlow the previous *output* (zeros before any real step).
+_HELD_FROM_H0 = {"jax": True}
+
+
+def _first_held_output(h0):
+    return h0 if _HELD_FROM_H0.get(keras.backend.backend(), False) else ops.zeros_like(h0)
+
+
+def _cotangents(args, upstream, outputs):
+    """The upstream gradients as one tuple (TensorFlow passes one per output, JAX the
+    output structure), zeros for an output nothing depended on."""
+    if upstream is not None:
+        args = (upstream,)
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    return tuple(ops.zeros_like(o) if a is None else a for a, o in zip(args, outputs))
+
+
+def _unmasked(projected, recurrent_kernel, h0, c0):
+    gates, h_states, c_states, _ = _forward(projected, recurrent_kernel, h0, c0, None)
+    outputs = (h_states, h_states[:, -1], c_states[:, -1])
+
+    def grad(*args, upstream=None):
+        d_y, d_h, d_c = _cotangents(args, upstream, outputs)
+        return _backward(recurrent_kernel, h0, c0, None, gates, h_states, c_states,
+                         d_y, d_h, d_c)
+
+    return outputs, grad
+
+
+def _masked(projected, recurrent_kernel, h0, c0, steps, held_output):
+    gates, h_states, c_states, y = _forward(projected, recurrent_kernel, h0, c0, steps,
+                                            held_output)
+    outputs = (y if held_output else steps * h_states, h_states[:, -1], c_states[:, -1])
+
+    def grad(*args, upstream=None):
+        d_y, d_h, d_c = _cotangents(args, upstream, outputs)
+        grads = _backward(recurrent_kernel, h0, c0, steps, gates, h_states, c_states,
+                          d_y, d_h, d_c, held_output)
+        return (*grads, ops.zeros_like(steps))
+
+    return outputs, grad
+
+
+def _masked_zero_output(projected, recurrent_kernel, h0, c0, steps):
+    return _masked(projected, recurrent_kernel, h0, c0, steps, held_output=False)
+
+
+def _masked_held_output(projected, recurrent_kernel, h0, c0, steps):
+    return _masked(projected, recurrent_kernel, h0, c0, steps, held_output=True)
