@@ -1,7 +1,8 @@
 """`python -m zoo.evaluate`: the perplexity of a saved model, as training reports it.
 
     python -m zoo.evaluate RUN_DIR|MODEL.keras [--split test|valid] [--batch-size 1]
-        [--bptt T] [--window auto|bptt|T] [--corpus NAME] [--data-dir DIR] [--json OUT] [--quiet]
+        [--bptt T] [--window auto|bptt|T] [--corpus NAME] [--data-dir DIR] [--json OUT]
+        [--quiet]
 
 The pass is the one `python -m zoo.train` ends with (`zoo.training`): the split batchified
 into `--batch-size` streams (the references' test protocol, batch 1, is the default), cut
@@ -83,7 +84,8 @@ def evaluate(run, split="test", batch_size=1, bptt=None, verbose=0, window=None)
     seconds = time.perf_counter() - start
     tokens = (len(ids) // batch_size - 1) * batch_size
     return {"model": str(run.model_path), "corpus": run.corpus.name, "split": split,
-            "batch_size": batch_size, "bptt": bptt, "window": window, "perplexity": float(logs["perplexity"]),
+            "batch_size": batch_size, "bptt": bptt, "window": window,
+            "perplexity": float(logs["perplexity"]),
             "loss": math.log(float(logs["perplexity"])), "tokens": tokens,
             "seconds": seconds, "words_per_second": tokens / max(seconds, 1e-9),
             **({"bpc": math.log2(float(logs["perplexity"]))}

@@ -60,7 +60,6 @@ def lstm_with_backward(projected, recurrent_kernel, initial_state, mask=None,
     real steps, or None; a masked step outputs zero with `zero_output_for_mask`, else the
     previous output (Keras' RNN semantics)."""
     h0, c0 = (ops.cast(s, projected.dtype) for s in initial_state)
-    print("SHAPES", projected.shape, h0.shape, None if mask is None else mask.shape, file=__import__("sys").stderr)
     recurrent_kernel = ops.cast(recurrent_kernel, projected.dtype)
     if mask is None:
         outputs, h_t, c_t = _differentiable(_unmasked)(projected, recurrent_kernel, h0, c0)
