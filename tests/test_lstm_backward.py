@@ -89,31 +89,3 @@ def test_layer_takes_it_in_training_only():
         layer(x, training=True)
         assert spy.call_count == 1
 
-
-PICK = r"""
-import json
-import numpy as np
-from keras import ops
-from tflm import backends
-from tflm.backends.autodiff import value_and_vjp
-rng = np.random.default_rng(3)
-log_probs = rng.normal(size=(3, 5, 11)).astype("float32")
-targets = rng.integers(0, 11, (3, 5)).astype("int32")
-cotangent = rng.normal(size=(3, 5)).astype("float32")
-pick = lambda p: [backends.current().pick_targets(p[0], ops.convert_to_tensor(targets))]
-values, grads = value_and_vjp(pick, [ops.convert_to_tensor(log_probs)],
-                              [ops.convert_to_tensor(cotangent)])
-want = np.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
-want_grad = np.zeros_like(log_probs)
-np.put_along_axis(want_grad, targets[..., None], cotangent[..., None], -1)
-print(json.dumps([float(np.abs(ops.convert_to_numpy(values[0]) - want).max()),
-                  float(np.abs(ops.convert_to_numpy(grads[0]) - want_grad).max())]))
-"""
-
-
-@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
-def test_pick_targets_and_its_gradient(backend):
-    """The loss's gather (`Backend.pick_targets`; TensorFlow's own, the others Keras'
-    take_along_axis) against NumPy: values and the scattered gradient."""
-    value_error, grad_error = json.loads(run_in_backend(backend, PICK).strip().splitlines()[-1])
-    assert value_error == 0.0 and grad_error == 0.0

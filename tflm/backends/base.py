@@ -20,6 +20,7 @@ everything that differs between Keras backends:
     pick_targets(log_probs, targets)
                                    log_probs[..., targets]: the loss's gather
     written_lstm_backward()        whether the portable LSTM may take `lstm_backward`
+    linear(x, weight, bias)        x weight^T + bias: the output layer's logits
     global_batch_block()           which block of the global batch this replica holds
     fused_lstm(...)                the fused LSTM kernel, or NotImplementedError
     window_gradients(model, x, y, states)
@@ -114,6 +115,12 @@ class Backend:
     def written_lstm_backward(self):
         """Whether the portable LSTM loop may be differentiated by `lstm_backward` here."""
         return True
+
+    def linear(self, x, weight, bias=None):
+        """`x weight^T + bias`, `weight` `(out, in)` (a tied embedding's layout)."""
+        from keras import ops
+        out = ops.matmul(x, ops.transpose(weight))
+        return out if bias is None else out + bias
 
     def pick_targets(self, log_probs, targets):
         """`log_probs[..., targets]`: `(..., V)` and int `(...)` -> `(...)`."""

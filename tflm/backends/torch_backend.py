@@ -41,6 +41,15 @@ class TorchBackend(Backend):
         return (loss.detach(), grads,
                 [(h.detach(), c.detach()) for h, c in new_states])
 
+    def linear(self, x, weight, bias=None):
+        """`torch.nn.functional.linear`: the bias is added inside the GEMM (addmm). As a
+        separate broadcast add over the (B, T, V) logits it took 13 ms of a ~300 ms
+        training step of the 200 / 400 x 3 PTB model (torch profiler, one CPU)."""
+        from keras import ops
+        return torch.nn.functional.linear(
+            ops.convert_to_tensor(x), ops.convert_to_tensor(weight),
+            None if bias is None else ops.convert_to_tensor(bias))
+
     def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
                    return_sequences, go_backwards, unroll):
         """PyTorch's own fused kernel (cuDNN on a GPU, oneDNN on a CPU, where Keras would

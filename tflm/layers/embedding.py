@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from tflm import backends
+
 
 @keras.saving.register_keras_serializable(package="tflm")
 class TiedEmbedding(keras.layers.Layer):
@@ -78,10 +80,8 @@ class TiedEmbedding(keras.layers.Layer):
         """Logits h E^T + b, in the dtype of `h`."""
         if not self.built:
             self.build()
-        logits = ops.matmul(h, ops.transpose(ops.cast(self.embeddings, h.dtype)))
-        if self.output_bias is not None:
-            logits = logits + ops.cast(self.output_bias, h.dtype)
-        return logits
+        bias = None if self.output_bias is None else ops.cast(self.output_bias, h.dtype)
+        return backends.current().linear(h, ops.cast(self.embeddings, h.dtype), bias)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.embed_dim,)
