@@ -52,3 +52,14 @@ def evaluation_window(setting, bptt, batch, train_tokens, vocab_size, carries_st
         return bptt
     tokens = min(int(train_tokens), LOGITS_BUDGET // max(int(vocab_size), 1))
     return max(int(bptt), tokens // max(int(batch), 1))
+
+
+def window_for_run(config, bptt, batch, vocab_size, carries_state=True, setting=None):
+    """`evaluation_window` for a run's configuration: `setting`, else its
+    training.eval_window, else "auto"; the training step's tokens from its training
+    batch_size x bptt (defaults 20 x 70, as `zoo.training`)."""
+    training = (config or {}).get("training") or {}
+    if setting is None:
+        setting = training.get("eval_window", "auto")
+    train_tokens = int(training.get("batch_size", 20)) * int(training.get("bptt", 70))
+    return evaluation_window(setting, bptt, batch, train_tokens, vocab_size, carries_state)

@@ -34,7 +34,6 @@ from zoo.errors import UserError
 
 EVALUATIONS_FILE = "evaluations.json"
 DEFAULT_BPTT = 70
-DEFAULT_TRAIN_BATCH = 20
 
 
 def run_bptt(config):
@@ -47,16 +46,11 @@ def run_bptt(config):
 
 def run_window(config, split_bptt, batch_size, vocab_size, carries_state, setting=None):
     """The window `zoo.train` computes a pass at `batch_size` x `split_bptt` with
-    (`zoo.eval_window`): `setting`, else the run's training.eval_window, else "auto"."""
-    from zoo.eval_window import evaluation_window
-    training = (config or {}).get("training") or {}
-    if setting is None:
-        setting = training.get("eval_window", "auto")
-    train_tokens = (int(training.get("batch_size", DEFAULT_TRAIN_BATCH))
-                    * int(training.get("bptt", DEFAULT_BPTT)))
+    (`zoo.eval_window.window_for_run`), a bad `setting` as a `UserError`."""
+    from zoo.eval_window import window_for_run
     try:
-        return evaluation_window(setting, split_bptt, batch_size, train_tokens, vocab_size,
-                                 carries_state)
+        return window_for_run(config, split_bptt, batch_size, vocab_size, carries_state,
+                              setting)
     except ValueError as err:
         raise UserError(f"--window: {err}") from err
 

@@ -29,7 +29,7 @@ from zoo.builders import (build_model, make_lr_schedule, make_optimizer, make_tr
 from zoo.config import check_config
 from zoo.corpora import check_split_sizes, load_data
 from zoo.errors import UserError
-from zoo.eval_window import evaluation_window
+from zoo.eval_window import window_for_run
 from zoo.phase_timer import PhaseTimer
 from zoo.resume import resume_config
 from zoo.rundir import NewRunDir, prepare_run_dir
@@ -230,11 +230,9 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     epochs = int(training.get("epochs", 1))
     pad = pad_to_multiple(training)
     # Evaluation windows longer than bptt where the perplexity is the same (zoo.eval_window)
-    window_setting = training.get("eval_window", "auto")
-
     def eval_window(bptt_, batch_):
-        return evaluation_window(window_setting, bptt_, batch_, batch * bptt, len(vocabulary),
-                                 getattr(model, "carry_state", True))
+        return window_for_run(config, bptt_, batch_, len(vocabulary),
+                              getattr(model, "carry_state", True))
 
     valid_ds = distribute.lm_dataset_for(strategy, corpus.valid, eval_batch,
                                          eval_window(bptt, eval_batch), train=False,
