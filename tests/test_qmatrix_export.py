@@ -174,3 +174,67 @@ def test_export_memory_stays_at_a_few_windows_whatever_the_matrix_size(tmp_path)
     assert out["shape"] == [2_100, 20_000]
     assert out["control_mib"] > 150, out  # loading all 160 MiB is visible
     assert out["growth_mib"] < 80, out
+
+
+def _windows_against_eager(model, ids, windows=((0, 20), (20, 20), (40, 7))):
+    """The backend's window forward against the eager forward, state carried across."""
+    from keras.ops import convert_to_numpy as to_np
+
+    from tflm import backends
+    fast = slow = None
+    for start, length in windows:
+        x = ids[None, start:start + length]
+        a, fast = backends.current().window_log_probs(model, x, fast)
+        b, slow = model.forward_with_state(x, slow, training=False)
+        np.testing.assert_allclose(to_np(a), to_np(b), rtol=1e-5, atol=2e-5)
+        for (h, c), (h2, c2) in zip(fast, slow):
+            np.testing.assert_allclose(to_np(h), to_np(h2), atol=2e-5)
+            np.testing.assert_allclose(to_np(c), to_np(c2), atol=2e-5)
+
+
+@pytest.mark.parametrize("head", __import__("zoo.heads", fromlist=["x"]).head_names())
+def test_tensorflow_window_forward_equals_the_eager_forward_for_every_head(corpus, head):
+    """TensorFlow compiles the export's window forward with XLA where it can (and falls
+    back to the graph function where it cannot); either way every head's rows and final
+    states are the eager forward's."""
+    import keras
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("the other backends: test_export_on_other_backends_equals_the_eager_forward")
+    spec = {"type": head}
+    if head in ("mos", "moc"):
+        spec["num_experts"] = 3
+    if head == "doc":
+        spec["num_components_per_layer"] = [2, 3]
+    model = AWDLSTM(30, embed_dim=6, hidden_dim=10, num_layers=2, seed=0, head=spec)
+    model.build()
+    rng = np.random.default_rng(1)
+    for w in model.weights:  # far from a fresh model's near-uniform rows
+        w.assign(rng.normal(0, 0.5, w.shape).astype(w.dtype))
+    _windows_against_eager(model, np.asarray(corpus.test, np.int32))
+
+
+def test_tensorflow_window_forward_falls_back_where_xla_cannot_compile(corpus):
+    """A forward with an op XLA does not know (a Python function) is exported through the
+    plain graph function, with the same rows."""
+    import keras
+    import tensorflow as tf
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("XLA fallback is TensorFlow's")
+    model = _model()
+    model.build()
+    plain = model.forward_with_state
+
+    def with_python_op(tokens, states=None, training=False, targets=None):
+        log_probs, new_states = plain(tokens, states, training=training)
+        through = tf.py_function(lambda t: t, [log_probs], log_probs.dtype)
+        through.set_shape(log_probs.shape)
+        return through, new_states
+
+    ids = np.asarray(corpus.test, np.int32)
+    reference = [plain(ids[None, :20], None, training=False)[0]]
+    model.forward_with_state = with_python_op
+    from keras.ops import convert_to_numpy as to_np
+
+    from tflm import backends
+    log_probs, _ = backends.current().window_log_probs(model, ids[None, :20], None)
+    np.testing.assert_allclose(to_np(log_probs), to_np(reference[0]), atol=1e-6)

@@ -141,22 +141,47 @@ class TensorFlowBackend(Backend):
 
     def window_log_probs(self, model, tokens, states):
         """`forward_with_state` in evaluation mode, one `tf.function` per model (retraced
-        per window shape)."""
+        per window shape), XLA-compiled where every layer supports it.
+
+        Why XLA: at batch 1 (the Q_theta export) a time step is a 1-row matrix-vector
+        product per layer plus a dozen small ops, and TensorFlow's executor spends about as
+        long dispatching those ops as the products take; XLA fuses them into the loop
+        body. The PTB preset's export: 1.2 -> 0.63 ms a row on one 2-core CPU
+        (bench/RESULTS.md). A model whose layers say `supports_jit = False`, that runs under
+        a distribution strategy, or that XLA cannot compile (its first call fails) gets the
+        plain graph function."""
         forward = self._window_forwards.get(model)
-        if forward is None:
-            model_ref = weakref.ref(model)  # the cache must not keep the model alive
-
-            @tf.function(reduce_retracing=True)
-            def forward(tokens, states):
-                log_probs, new_states = model_ref().forward_with_state(tokens, states,
-                                                                       training=False)
-                return log_probs, [tuple(pair) for pair in new_states]
-
-            self._window_forwards[model] = forward
         if not model.built:
             model.build()
-        states = states_or_zeros(model, tokens, states)
-        return forward(tf.convert_to_tensor(tokens, tf.int32), [tuple(p) for p in states])
+        states = [tuple(p) for p in states_or_zeros(model, tokens, states)]
+        tokens = tf.convert_to_tensor(tokens, tf.int32)
+        if forward is None:
+            jit = (not _distributed(model.distribute_strategy)
+                   and all(layer.supports_jit for layer in compat.nested_layers(model)))
+            forward = self._window_forward(model, jit)
+            if jit:
+                try:
+                    result = forward(tokens, states)
+                except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError,
+                        tf.errors.InternalError):
+                    forward = self._window_forward(model, jit=False)
+                else:
+                    self._window_forwards[model] = forward
+                    return result
+            self._window_forwards[model] = forward
+        return forward(tokens, states)
+
+    @staticmethod
+    def _window_forward(model, jit):
+        model_ref = weakref.ref(model)  # the cache must not keep the model alive
+
+        @tf.function(reduce_retracing=True, jit_compile=jit)
+        def forward(tokens, states):
+            log_probs, new_states = model_ref().forward_with_state(tokens, states,
+                                                                   training=False)
+            return log_probs, [tuple(pair) for pair in new_states]
+
+        return forward
 
     def step_logs(self, model, logs):
         if is_multi_worker(model.distribute_strategy):
