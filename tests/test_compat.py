@@ -143,3 +143,25 @@ def test_no_backend_checks_in_the_language_model_or_the_layers():
                      or name.startswith("zoo/awd_lstm") or name == "zoo/backbone.py")
                  and "backend.backend()" in text]
     assert not offenders, offenders
+
+
+def test_torch_mkldnn_linear_and_its_backward_ops():
+    torch = pytest.importorskip("torch")
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("PyTorch without oneDNN")
+    rng = np.random.default_rng(1)
+    x, w = rng.normal(size=(6, 4)).astype("float32"), rng.normal(size=(5, 4)).astype("float32")
+    b, g = rng.normal(size=(5,)).astype("float32"), rng.normal(size=(6, 5)).astype("float32")
+    y = compat.onednn_linear(torch.tensor(x), torch.tensor(w), torch.tensor(b))
+    assert y.layout == torch.strided  # dense, as every other op expects
+    np.testing.assert_allclose(y.numpy(), x @ w.T + b, rtol=1e-5, atol=1e-5)
+    for bias_defined in (True, False):
+        dx, dw, db = compat.onednn_linear_backward(torch.tensor(x), torch.tensor(g),
+                                                   torch.tensor(w), bias_defined)
+        assert dx.layout == torch.strided and dw.layout == torch.strided
+        np.testing.assert_allclose(dx.numpy(), g @ w, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(dw.numpy(), g.T @ x, rtol=1e-5, atol=1e-5)
+        if bias_defined:
+            np.testing.assert_allclose(db.numpy(), g.sum(0), rtol=1e-5, atol=1e-5)
+        else:
+            assert db is None

@@ -72,6 +72,29 @@ def torch_tensor_version(tensor):
     return tensor._version
 
 
+def onednn_linear(x, weight, bias):
+    """`x weight^T + bias` by oneDNN, dense in and out: `x` (m, in) float32 contiguous,
+    `weight` (out, in), `bias` (out,) or None, all on a CPU."""
+    # torch._C._nn.mkldnn_linear: the only entry point to oneDNN's fp32 inner product for
+    # dense tensors. PyTorch's public matmul and F.linear go to its BLAS (MKL in the x86
+    # wheels) and reach oneDNN only for reduced precisions.
+    import torch
+    return torch._C._nn.mkldnn_linear(x.to_mkldnn(), weight, bias).to_dense()
+
+
+def onednn_linear_backward(x, grad, weight, bias_defined):
+    """`(dx, dweight, dbias)` of `onednn_linear` for the output gradient `grad` (m, out);
+    `dbias` is None unless `bias_defined`."""
+    # aten::mkldnn_linear_backward_input / _weights: the backward of mkldnn_linear, in
+    # torch.ops.aten (undocumented; tests/test_compat.py checks them against NumPy).
+    import torch
+    g = grad.contiguous().to_mkldnn()
+    dx = torch.ops.aten.mkldnn_linear_backward_input(list(x.shape), g, weight).to_dense()
+    dweight, dbias = torch.ops.aten.mkldnn_linear_backward_weights(g, x.to_mkldnn(), weight,
+                                                                   bias_defined)
+    return dx, dweight, dbias if bias_defined else None
+
+
 def in_symbolic_scope():
     """True while Keras traces a function for shapes only (`compute_output_spec`)."""
     # keras.src.backend.common.symbolic_scope.in_symbolic_scope: `keras.SymbolicScope` is

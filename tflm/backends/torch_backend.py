@@ -3,7 +3,7 @@
 import keras
 import torch
 
-from tflm.backends import torch_lstm
+from tflm.backends import torch_linear, torch_lstm
 from tflm.backends.base import Backend, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 
@@ -42,11 +42,12 @@ class TorchBackend(Backend):
                 [(h.detach(), c.detach()) for h, c in new_states])
 
     def linear(self, x, weight, bias=None):
-        """`torch.nn.functional.linear`: the bias is added inside the GEMM (addmm). As a
-        separate broadcast add over the (B, T, V) logits it took 13 ms of a ~300 ms
-        training step of the 200 / 400 x 3 PTB model (torch profiler, one CPU)."""
+        """oneDNN's GEMMs on an x86 CPU (`tflm.backends.torch_linear`: half MKL's time for
+        the tied output layer on an AMD EPYC), else `torch.nn.functional.linear`, which
+        adds the bias inside the GEMM (addmm; as a separate broadcast add over the (B, T,
+        V) logits it took 13 ms of a ~300 ms training step, torch profiler, one CPU)."""
         from keras import ops
-        return torch.nn.functional.linear(
+        return torch_linear.linear(
             ops.convert_to_tensor(x), ops.convert_to_tensor(weight),
             None if bias is None else ops.convert_to_tensor(bias))
 

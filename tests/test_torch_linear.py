@@ -1,0 +1,64 @@
+"""`tflm.backends.torch_linear`: the tied output layer's GEMMs on oneDNN (PyTorch, x86 CPU),
+values and gradients against NumPy, and when the route is taken."""
+
+import platform
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from tflm.backends import torch_linear  # noqa: E402
+
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+needs_onednn = pytest.mark.skipif(not (X86 and torch.backends.mkldnn.is_available()),
+                                  reason="oneDNN is used on x86 CPUs only")
+
+
+def _value_and_grads(x, w, b, g):
+    leaves = [torch.tensor(a, requires_grad=True) if a is not None else None for a in (x, w, b)]
+    y = torch_linear.linear(*leaves)
+    y.backward(torch.tensor(g))
+    return [y.detach().numpy()] + [t.grad.numpy() for t in leaves if t is not None]
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape", [(6, 4), (3, 5, 4), (2, 3, 5, 4)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_onednn_linear_values_and_gradients_equal_numpy(shape, with_bias):
+    rng = np.random.default_rng(len(shape) + with_bias)
+    x = rng.normal(size=shape).astype("float32")
+    w = rng.normal(size=(7, 4)).astype("float32")
+    b = rng.normal(size=(7,)).astype("float32") if with_bias else None
+    g = rng.normal(size=shape[:-1] + (7,)).astype("float32")
+    assert torch_linear.uses_onednn(torch.tensor(x), torch.tensor(w),
+                                    None if b is None else torch.tensor(b))
+    got = _value_and_grads(x, w, b, g)
+    rows, grads = x.reshape(-1, 4), g.reshape(-1, 7)
+    want = [x @ w.T + (0 if b is None else b), g @ w, grads.T @ rows]
+    if with_bias:
+        want.append(grads.sum(0))
+    assert len(got) == len(want)
+    for a, e in zip(got, want):
+        assert a.shape == e.shape
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_onednn_linear_takes_non_contiguous_inputs_and_runs_without_autograd():
+    rng = np.random.default_rng(0)
+    x = torch.tensor(rng.normal(size=(4, 9, 3)).astype("float32")).transpose(1, 2)  # (4, 3, 9)
+    w = torch.tensor(rng.normal(size=(9, 5)).astype("float32")).T  # (5, 9), a view
+    assert not x.is_contiguous() and not w.is_contiguous()
+    with torch.no_grad():
+        y = torch_linear.linear(x, w)
+    np.testing.assert_allclose(y.numpy(), x.numpy() @ w.numpy().T, rtol=1e-5, atol=1e-5)
+
+
+def test_other_dtypes_and_frozen_inputs_take_pytorch_linear():
+    x, w = torch.ones(2, 3, dtype=torch.float64), torch.ones(4, 3, dtype=torch.float64)
+    assert not torch_linear.uses_onednn(x, w)
+    np.testing.assert_array_equal(torch_linear.linear(x, w).numpy(), np.full((2, 4), 3.0))
+    if X86 and torch.backends.mkldnn.is_available():  # a frozen weight: dx alone
+        x32 = torch.ones(2, 3, requires_grad=True)
+        torch_linear.linear(x32, torch.full((4, 3), 2.0)).sum().backward()
+        np.testing.assert_array_equal(x32.grad.numpy(), np.full((2, 3), 8.0))
