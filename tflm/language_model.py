@@ -338,6 +338,15 @@ class LanguageModel(TokenWindowBuild, keras.Model):
     def make_test_function(self, force=False):
         return backends.current().make_test_function(self, super().make_test_function, force)
 
+    # Where each window length compiles a program of its own (JAX), run a window at a
+    # longer length compiled already while padding it costs less than compiling it would
+    # (`tflm.backends.compiled_lengths`; the model masks the `PAD_ID` positions out).
+    pad_to_compiled_lengths = False
+
+    def make_train_function(self, force=False):
+        return backends.current().make_train_function(self, super().make_train_function,
+                                                      force)
+
     # ---- passes over a split start from zero state --------------------------------------
     @contextlib.contextmanager
     def _pass(self, training, data, batch_size=None, carry=True):

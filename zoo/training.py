@@ -215,6 +215,9 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     xla_evaluation = training.get("xla_evaluation", "auto")
     model.xla_evaluation = xla_pays(xla_evaluation, corpus.valid, int(
         training.get("eval_batch_size", 10)), int(training.get("bptt", 70)))
+    # JAX: a window may run padded at a length compiled already (compiled_lengths)
+    pad_to_compiled = bool(training.get("pad_to_compiled_lengths", True))
+    model.pad_to_compiled_lengths = pad_to_compiled
     if rewrite_config:  # a resume with a new --epochs: config.json records the new total
         (out / "config.json").write_text(json.dumps(config, indent=2))
     if trigger is not None and state.get("trigger"):
@@ -331,6 +334,7 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
                              pad_to_multiple=pad)
         best_model.xla_evaluation = xla_pays(xla_evaluation, corpus.split(split), size,
                                              final_bptt)
+        best_model.pad_to_compiled_lengths = pad_to_compiled
         best_model.make_test_function(force=True)  # XLA or not, per split
         with timer.phase(f"evaluate_{split}"):
             results[f"{split}_perplexity"] = float(best_model.evaluate(

@@ -11,10 +11,13 @@ everything that differs between Keras backends:
     build_under_strategy(model)    build before a tf.distribute trace (TensorFlow)
     train_step(model, *args)       one optimizer step (see `tflm.backends.gradients`)
     test_step(model, *args)        one evaluation step
+    make_train_function(model, make, force)
     make_test_function(model, make, force)
-                                   Keras' evaluation function (`make`: Keras' own builder),
-                                   compiled as the backend sees fit (XLA on TensorFlow when
-                                   `model.xla_evaluation`)
+                                   Keras' training / evaluation function (`make`: Keras' own
+                                   builder), compiled as the backend sees fit (XLA on
+                                   TensorFlow when `model.xla_evaluation`; on JAX windows
+                                   padded to compiled lengths when
+                                   `model.pad_to_compiled_lengths`)
     step_logs(model, logs)         per-step logs as the trainer wants them
     is_concrete(tensor)            whether the tensor's values are known now
     pick_targets(log_probs, targets)
@@ -77,6 +80,10 @@ class Backend:
         loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight,
                                                       extra_losses=[], inputs=x)
         return model.update_lm_metrics(loss, nll_sum, tokens)
+
+    def make_train_function(self, model, make, force=False):
+        """Build the model's training function with Keras' own `make(force)`."""
+        return make(force)
 
     def make_test_function(self, model, make, force=False):
         """Build the model's evaluation function with Keras' own `make(force)`."""

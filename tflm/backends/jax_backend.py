@@ -20,10 +20,11 @@ import weakref
 import jax
 import keras
 
-from tflm.backends import jax_lstm
+from tflm.backends import compiled_lengths, jax_lstm
 from tflm.backends.base import Backend, states_or_zeros, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 from tflm.backends.jax_streams import JaxStreamState
+from tflm.data.batching import PAD_ID
 
 
 def _optimizer_scope(model, optimizer_variables):
@@ -54,6 +55,32 @@ class JaxBackend(Backend):
     def __init__(self):
         self._window_steps = weakref.WeakKeyDictionary()  # model -> jitted window step
         self._window_forwards = weakref.WeakKeyDictionary()  # model -> jitted forward
+
+    def make_train_function(self, model, make, force=False):
+        """Keras' jitted training function; with `model.pad_to_compiled_lengths` its
+        windows padded to lengths compiled already where that costs less than a compile
+        (`tflm.backends.compiled_lengths`)."""
+        before = model.train_function
+        result = make(force)
+        self._pad_steps(model, "train_function", before)
+        return result
+
+    def make_test_function(self, model, make, force=False):
+        """Keras' jitted evaluation function, padded as `make_train_function`'s."""
+        before = model.test_function
+        result = make(force)
+        self._pad_steps(model, "test_function", before)
+        return result
+
+    @staticmethod
+    def _pad_steps(model, attribute, before):
+        function = getattr(model, attribute)
+        if (function is None or function is before
+                or not getattr(model, "pad_to_compiled_lengths", False)
+                or model.steps_per_execution != 1 or model.run_eagerly or not model.jit_compile):
+            return
+        setattr(model, attribute, compiled_lengths.padding_steps(
+            function, compiled_lengths.CompiledLengths(), jax.block_until_ready, PAD_ID))
 
     def make_stream_state(self, sizes):
         return JaxStreamState(sizes)

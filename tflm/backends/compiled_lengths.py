@@ -1,0 +1,161 @@
+"""Which length a window runs at where every new length compiles a new program (JAX).
+
+`jax.jit` compiles the train step once per input shape. AWD-LSTM's random window lengths,
+even padded to a multiple of 4, make about ten lengths an epoch (bptt 35), and one compile
+of the 200 / 400 x 3 PTB model's step takes 2-4 s on the 2-core CPU of bench/RESULTS.md
+against ~0.1-0.15 s a step. A window padded to a longer length that is compiled already
+(positions holding `PAD_ID`, which `tflm.LanguageModel` masks out of everything: loss,
+carried state, AR / TAR, the T / bptt scaling) gives the same update as at its own
+length, at the cost of the padded positions' compute.
+
+`CompiledLengths` decides per window, as the ski-rental rule does (rent until the rent
+paid reaches the price, then buy):
+
+    length compiled already                  run it
+    no longer length compiled                compile this length
+    else, L' the shortest compiled length > L:
+        waste = s (L' - L)                   s: measured seconds a step per position
+        if spent(L) + waste < C              C: measured seconds of a compile
+            pad to L', spent(L) += waste
+        else                                 compile L
+
+so a length pays at most twice what the better of "always pad" and "compile at once"
+would have paid for it, whatever the order the lengths come in. Over a long run every
+frequent length ends up compiled; a short run (one epoch, a search trial) compiles a few.
+With JAX's persistent compilation cache warm (`zoo.compilation_cache`), a "compile" is a
+cache load, C is small, and lengths are compiled at once.
+
+Lengths are kept per shape with the time axis left out (another batch size is another
+program). C is the mean duration of the calls that compiled (tracing and compiling; the
+step itself runs asynchronously after them); s is measured on the second call of a
+program, between blocking on its inputs and on its outputs (`block`).
+
+`padding_steps(step_function, lengths, block, pad_id)` wraps a Keras step function
+`(state, iterator) -> (logs, state)` (`steps_per_execution` 1) so that each batch
+`(x, y[, sample_weight])` of NumPy arrays is padded at the end of the time axis (x with
+`pad_id`, y and the weights with 0) to the length `lengths` chooses.
+"""
+
+import statistics
+import time
+
+import numpy as np
+
+
+class CompiledLengths:
+    """The ski-rental choice of a window length (see the module docstring)."""
+
+    def __init__(self):
+        self._programs = {}  # shape key -> {length: seconds per position or None}
+        self._compile_seconds = []
+        self._spent = {}  # (shape key, length) -> seconds spent padding it
+
+    def programs(self, key):
+        """`{length: measured seconds per position or None}` compiled for `key`."""
+        return dict(self._programs.get(key, {}))
+
+    def choose(self, key, length):
+        """`(length to run at, whether that compiles a program)` for a window of `length`
+        positions whose other dimensions are `key`."""
+        programs = self._programs.setdefault(key, {})
+        if length in programs:
+            return length, False
+        longer = [other for other in programs if other > length]
+        if not longer:
+            return length, True
+        target = min(longer)
+        per_position = self._seconds_per_position()
+        if per_position is None:  # nothing measured yet: this run measures `target`
+            return target, False
+        spent = self._spent.get((key, length), 0.0) + per_position * (target - length)
+        if spent >= statistics.fmean(self._compile_seconds):
+            return length, True
+        self._spent[(key, length)] = spent
+        return target, False
+
+    def compiled(self, key, length, seconds):
+        """Record that the call running `length` compiled it, taking `seconds`."""
+        self._programs.setdefault(key, {})[length] = None
+        self._compile_seconds.append(float(seconds))
+
+    def needs_measuring(self, key, length):
+        """Whether the next step at `length` should be timed (compiled, not yet timed)."""
+        return self._programs.get(key, {}).get(length, 0.0) is None
+
+    def measured(self, key, length, seconds):
+        """Record one step at `length` that took `seconds`."""
+        self._programs.setdefault(key, {})[length] = float(seconds) / length
+
+    def _seconds_per_position(self):
+        values = [v for programs in self._programs.values() for v in programs.values()
+                  if v is not None]
+        return statistics.median(values) if values else None
+
+
+def _pad(batch, length, pad_id):
+    """`(x, y[, w])` with the time axis (1) padded at the end to `length`."""
+    x = batch[0]
+    width = [(0, 0), (0, length - x.shape[1])] + [(0, 0)] * (x.ndim - 2)
+    padded = [np.pad(x, width, constant_values=pad_id)]
+    for array in batch[1:]:
+        padded.append(None if array is None else np.pad(
+            array, width[:array.ndim], constant_values=0))
+    return tuple(padded)
+
+
+def _window(batch):
+    """`(shape key, length)` of a batch of token windows this module pads, else None."""
+    if not isinstance(batch, (tuple, list)) or not batch:
+        return None
+    x = batch[0]
+    arrays = [a for a in batch if a is not None]
+    if not (isinstance(x, np.ndarray) and x.ndim >= 2 and np.issubdtype(x.dtype, np.integer)
+            and all(isinstance(a, np.ndarray) and a.ndim >= 2 and a.shape[:2] == x.shape[:2]
+                    for a in arrays)):
+        return None
+    return (x.shape[0],) + x.shape[2:], x.shape[1]
+
+
+class _PaddedBatches:
+    """The iterator a step function reads, each batch padded to the chosen length."""
+
+    def __init__(self, iterator, lengths, block, state, pad_id):
+        self._iterator, self._lengths, self._block = iterator, lengths, block
+        self._state, self._pad_id = state, pad_id
+        self.ran = None  # (key, length, compiles, start) of the batch handed out
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = next(self._iterator)
+        window = _window(batch)
+        if window is None:
+            return batch
+        key, length = window
+        target, compiles = self._lengths.choose(key, length)
+        if not compiles and self._lengths.needs_measuring(key, target):
+            self._block(self._state)  # time this step alone
+        self.ran = (key, target, compiles, time.perf_counter())
+        return batch if target == length else _pad(batch, target, self._pad_id)
+
+
+def padding_steps(step_function, lengths, block, pad_id):
+    """`step_function` `(state, iterator) -> (logs, state)` with its batches padded to the
+    lengths `lengths` (a `CompiledLengths`) chooses; `block(tree)` waits for the arrays in
+    `tree` (`jax.block_until_ready`)."""
+
+    def function(state, iterator):
+        batches = _PaddedBatches(iterator, lengths, block, state, pad_id)
+        outputs = step_function(state, batches)
+        if batches.ran is not None:
+            key, length, compiles, start = batches.ran
+            if compiles:
+                lengths.compiled(key, length, time.perf_counter() - start)
+            elif lengths.needs_measuring(key, length):
+                block(outputs)
+                lengths.measured(key, length, time.perf_counter() - start)
+        return outputs
+
+    function.lengths = lengths
+    return function
