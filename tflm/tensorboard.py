@@ -82,11 +82,27 @@ class TopPredictionsText(keras.callbacks.Callback):
         self.k = int(k)
         self._writer = None
 
+    def _last_log_probs(self):
+        """Each context's next-word log-probabilities, `[V]` per context: contexts of one
+        length in one window through the backend's compiled forward
+        (`Backend.window_log_probs`; op by op, JAX took 1.3-2 s an epoch for three
+        contexts of 20 words of the PTB model, compiled 0.01 s after a 0.6 s compile)."""
+        from tflm import backends
+        last = [None] * len(self.contexts)
+        by_length = {}
+        for i, ids in enumerate(self.contexts):
+            by_length.setdefault(len(ids), []).append(i)
+        for indices in by_length.values():
+            window = np.stack([self.contexts[i] for i in indices])
+            log_probs, _ = backends.current().window_log_probs(self.model, window, None)
+            log_probs = np.asarray(keras.ops.convert_to_numpy(log_probs))
+            for row, i in enumerate(indices):
+                last[i] = log_probs[row, -1]
+        return last
+
     def table(self):
         rows = ["| context | top-%d next words (probability) |" % self.k, "| --- | --- |"]
-        for ids in self.contexts:
-            log_probs, _ = self.model.forward_with_state(ids[None, :], None, training=False)
-            last = np.asarray(keras.ops.convert_to_numpy(log_probs))[0, -1]
+        for ids, last in zip(self.contexts, self._last_log_probs()):
             top = np.argsort(-last)[:self.k]
             words = ", ".join(f"{self.vocabulary[i]} ({np.exp(last[i]):.3f})" for i in top)
             context = " ".join(self.vocabulary[i] for i in ids[-12:])

@@ -138,9 +138,16 @@ class AWDLSTMBackbone(keras.layers.Layer):
         return [self.hidden_dim] * (self.num_layers - 1) + [self.last_dim]
 
     def build(self, input_shape=None):
+        """Build the embedding and the LSTMs in the order a forward pass would (the same
+        initial weights), from shapes alone: a forward pass on a dummy window ran the LSTM
+        stack op by op on JAX, 3.7 s of the 200 / 400 x 3 PTB model's build."""
         if self.built:
             return
-        self.call(ops.zeros((1, 2), "int32"))
+        self.embedding.build((None, None))
+        features = self.embed_dim
+        for lstm, units in zip(self.lstms, self.layer_sizes()):
+            lstm.build((None, None, features))
+            features = units
         self.built = True
 
     def call(self, tokens, states=None, training=False):

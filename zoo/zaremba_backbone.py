@@ -96,9 +96,13 @@ class ZarembaBackbone(keras.layers.Layer):
         return [self.hidden_dim] * self.num_layers
 
     def build(self, input_shape=None):
+        """Build the embedding and the LSTMs from shapes alone, in forward order (see
+        `zoo.backbone.AWDLSTMBackbone.build`)."""
         if self.built:
             return
-        self.call(ops.zeros((1, 2), "int32"))
+        self.embedding.build((None, None))
+        for lstm in self.lstms:
+            lstm.build((None, None, self.hidden_dim))
         self.built = True
 
     def call(self, tokens, states=None, training=False):
