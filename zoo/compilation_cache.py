@@ -41,4 +41,8 @@ def enable():
     import jax
     folder.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(folder))
+    # Every program, not only those that took JAX's default 1 s to compile: a run also
+    # compiles dozens of small ones (each weight initializer's shape, the evaluation
+    # steps), 0.2 s each on the CPU of bench/RESULTS.md, 1.4-1.6 s of the PTB model's build.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return folder
