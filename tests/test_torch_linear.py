@@ -54,11 +54,23 @@ def test_onednn_linear_takes_non_contiguous_inputs_and_runs_without_autograd():
     np.testing.assert_allclose(y.numpy(), x.numpy() @ w.numpy().T, rtol=1e-5, atol=1e-5)
 
 
-def test_other_dtypes_and_frozen_inputs_take_pytorch_linear():
+def test_other_dtypes_autocast_and_empty_inputs_take_pytorch_linear():
     x, w = torch.ones(2, 3, dtype=torch.float64), torch.ones(4, 3, dtype=torch.float64)
     assert not torch_linear.uses_onednn(x, w)
+    x32, w32 = torch.ones(2, 3), torch.ones(4, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not torch_linear.uses_onednn(x32, w32)
+        assert torch_linear.linear(x32, w32).dtype == torch.bfloat16  # as F.linear's
+    assert not torch_linear.uses_onednn(torch.ones(0, 3), w32)
+    assert torch_linear.linear(torch.ones(0, 3), w32).shape == (0, 4)
     np.testing.assert_array_equal(torch_linear.linear(x, w).numpy(), np.full((2, 4), 3.0))
-    if X86 and torch.backends.mkldnn.is_available():  # a frozen weight: dx alone
-        x32 = torch.ones(2, 3, requires_grad=True)
-        torch_linear.linear(x32, torch.full((4, 3), 2.0)).sum().backward()
-        np.testing.assert_array_equal(x32.grad.numpy(), np.full((2, 3), 8.0))
+
+
+@needs_onednn
+def test_a_frozen_weight_gets_no_gradient_and_the_input_its_own():
+    x = torch.ones(2, 3, requires_grad=True)
+    weight = torch.full((4, 3), 2.0)
+    assert torch_linear.uses_onednn(x, weight)
+    torch_linear.linear(x, weight).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 3), 8.0))
+    assert weight.grad is None

@@ -20,8 +20,8 @@ going back to the operating system and come back as fresh pages, each faulted in
 
 The first two are what the benchmarks' `--malloc keep` environment did for every
 framework (PyTorch has no caching CPU allocator: the native peer went from 713 to 1,509
-words/s with it). One arena is for JAX only: TensorFlow's own thread pools lost ~10% a step
-at two threads to the shared arena's lock, PyTorch neither lost nor gained.
+words/s with it). One arena is for JAX only: TensorFlow's own thread pools lost 5-13% a
+step at two threads to the shared arena's lock, PyTorch neither lost nor gained.
 
 The cost: the process keeps its peak heap for its lifetime (a training run reaches it in
 its first steps anyway). Call it first thing, before any framework starts threads (later,

@@ -13,7 +13,8 @@ AVX-512 paths on this CPU. The same fp32 arithmetic: results agree to float32 ro
     backward   dx = dy W,   dW = dy^T x,   db = sum_rows dy
 
 `linear(x, weight, bias)` takes this route for float32 tensors on a CPU of an x86 machine
-where PyTorch has oneDNN (`uses_onednn`), else `torch.nn.functional.linear`. Its
+where PyTorch has oneDNN, outside `torch.autocast` (where F.linear computes in the autocast
+dtype) (`uses_onednn`), else `torch.nn.functional.linear`. Its
 gradient is written out, so it is differentiable once (as every training step and
 `window_gradients` need), not twice.
 """
@@ -30,7 +31,8 @@ _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 def uses_onednn(x, weight, bias=None):
     """Whether `linear(x, weight, bias)` runs on oneDNN."""
     tensors = [x, weight] + ([] if bias is None else [bias])
-    return (_X86 and torch.backends.mkldnn.is_available()
+    return (_X86 and torch.backends.mkldnn.is_available() and x.numel() > 0
+            and not torch.is_autocast_enabled("cpu")
             and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors))
 
 
