@@ -75,3 +75,25 @@ def test_an_explicit_log_level_is_respected(monkeypatch):
     assert not quiet_start.wants_tensorflow_logs()
     quiet_start.set_environment()
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "2"
+
+
+@pytest.mark.parametrize("backend,ok", [("torch", True), ("jax", True), ("tensorflow", False)])
+def test_start_without_tensorflow_installed(tmp_path, backend, ok):
+    """A GPU image with PyTorch and JAX but no TensorFlow (hidden here by a package that
+    fails to import as a missing one does): the command lines start on PyTorch and JAX, and
+    on TensorFlow the missing module is reported."""
+    shadow = tmp_path / "tensorflow"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text(
+        'raise ModuleNotFoundError("No module named \'tensorflow\'", name="tensorflow")\n')
+    env = dict(os.environ, KERAS_BACKEND=backend,
+               PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    code = "from zoo import quiet_start; quiet_start.start(); print('started')"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    if ok:
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "started"
+    else:
+        assert out.returncode != 0
+        assert "No module named 'tensorflow'" in out.stderr

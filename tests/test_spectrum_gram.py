@@ -258,9 +258,73 @@ def test_bad_arguments(kwargs, match):
         singular_values(np.ones((20, 5), np.float32), method="gram", **kwargs)
 
 
-def test_gpu_is_refused():
-    with pytest.raises(ValueError, match="CPU only"):
+# ------------------------------------------------------------------ on a GPU
+
+
+@pytest.fixture
+def torch_cpu_as_gpu(monkeypatch):
+    """device="gpu" runs `tools.gram_gpu`'s torch code on torch's CPU device."""
+    pytest.importorskip("torch")
+    import tools.spectrum as spectrum
+    monkeypatch.setattr(spectrum, "_gpu_backend", lambda: ("torch", "cpu"))
+
+
+@pytest.mark.parametrize("m,n,block", [(4000, 200, 300), (150, 3000, 64)])
+def test_gpu_code_path_counts_what_lapack_counts_within_the_bound(torch_cpu_as_gpu, m, n,
+                                                                  block):
+    a, expected = _around_press(m, n, seed=3)
+    res = singular_values(a, method="gram", device="gpu", block_rows=block)
+    assert res.method == "gram" and res.device == "gpu" and res.compute_dtype == "float64"
+    assert press_rank(res.values, a.shape, "float32") == expected
+    ref = scipy.linalg.svdvals(a.astype(np.float64))
+    assert np.all(np.abs(res.values - ref) <= _allowed(res, ref))
+    cpu = singular_values(a, method="gram", block_rows=block)
+    assert res.floor == pytest.approx(cpu.floor, rel=1e-6)
+    assert np.all(np.abs(res.values - cpu.values) <= 2 * _allowed(res, ref))
+
+
+def test_gpu_auto_picks_gram_for_files_and_tsqr_where_it_is_refused(torch_cpu_as_gpu,
+                                                                    tmp_path):
+    a, expected = _around_press(4000, 200, seed=9)
+    path = tmp_path / "q.npy"
+    np.save(path, a)
+    res = singular_values(path, device="gpu")
+    assert res.method == "gram" and res.device == "gpu" and res.floor is not None
+    assert press_rank(res.values, a.shape, "float32") == expected
+    gauss = tmp_path / "gauss.npy"  # a flat spectrum: gram's floor lies above Press
+    np.save(gauss, np.random.default_rng(8).standard_normal((3000, 400)).astype(np.float32))
+    res = singular_values(gauss, device="gpu")
+    assert res.method == "tsqr" and res.note.startswith("auto: used tsqr, as gram's error")
+
+
+def test_gpu_gram_without_a_gpu_is_a_clear_error():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("cupy is installed")
+    except ImportError:
+        pass
+    with pytest.raises(RuntimeError, match="no GPU is usable"):
         singular_values(np.ones((20, 5), np.float32), method="gram", device="gpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["torch", "cupy"])
+def test_gpu_gram_equals_the_cpu_gram(backend, monkeypatch):
+    import tools.spectrum as spectrum
+    if backend == "cupy":
+        pytest.importorskip("cupy")
+        monkeypatch.setattr(spectrum, "_gpu_backend", lambda: ("cupy", None))
+    a, expected = _around_press(20000, 1000, seed=5)
+    res = singular_values(a, method="gram", device="gpu")
+    cpu = singular_values(a, method="gram")
+    assert press_rank(res.values, a.shape, "float32") == expected
+    assert res.floor == pytest.approx(cpu.floor, rel=1e-6)
+    ref = scipy.linalg.svdvals(a.astype(np.float64))
+    assert np.all(np.abs(res.values - ref) <= _allowed(res, ref))
+    assert np.all(np.abs(res.values - cpu.values) <= 2 * _allowed(res, ref))
 
 
 def test_non_finite_row_is_named(tmp_path):

@@ -35,8 +35,9 @@ Methods:
   bench/RESULTS_svd.md) when its floor can lie below the requested threshold; else,
   or when the matrix's own floor does not (the result's ``note`` says so), ``"lapack"`` on
   the matrix read into memory when it fits as above (1.3x faster than TSQR there), and
-  ``"tsqr"`` when it does not. Float64 matrices, ``dtype="float32"`` and ``device="gpu"``
-  never use gram; files on a GPU use ``"tsqr"``.
+  ``"tsqr"`` when it does not. Float64 matrices and ``dtype="float32"`` never use gram; on
+  a GPU (``device="gpu"``, `tools.gram_gpu`) the same rule holds, except that a file
+  gram cannot resolve goes to ``"tsqr"`` (the GPU's memory is not measured).
 
 Error bound of ``"gram"`` (M >= N; a wide Q is streamed as Q^T; sigma_i are the exact
 singular values of the stored matrix, u = 2^-53, first order in u):
@@ -69,8 +70,9 @@ The check runs before reading Q with r = 1 (a float64 Q's Press threshold, ~3e-1
 refused there), after the accumulation with lambda_max <= ||G^||_F, and after ``eigh``
 with the computed s_max.
 
-``device="gpu"`` runs the TSQR folds and the final ``svdvals`` (or the LAPACK-style direct
-``svdvals``) with torch on CUDA, else CuPy; it raises a clear error when neither sees a GPU.
+``device="gpu"`` runs the Gram accumulation and its eigensolver (`tools.gram_gpu`, same
+bound), the TSQR folds and the final ``svdvals`` (or the LAPACK-style direct ``svdvals``)
+with torch on CUDA, else CuPy; it raises a clear error when neither sees a GPU.
 
 Example:
     >>> import numpy as np
@@ -278,7 +280,7 @@ def _lapack_fits(src, dtype, memory_fraction):
 def _choose_method(src, dtype, memory_fraction, device, gram_resolves):
     """`"auto"`'s exact method: LAPACK for arrays in memory (the thesis' sgesdd); for files
     the Gram matrix when it can resolve the threshold, else LAPACK when Q fits in memory,
-    else TSQR (always TSQR on a GPU for files, whose memory we do not measure)."""
+    else TSQR (TSQR, not LAPACK, on a GPU for files, whose memory we do not measure)."""
     fits = _lapack_fits(src, dtype, memory_fraction)
     if src.in_memory:
         return "lapack" if fits else ("gram" if gram_resolves else "tsqr")
@@ -410,11 +412,11 @@ def _lapack(src, cdt, device, check_finite):
         a = src.read_all(dtype=cdt, check_finite=check_finite)
         overwrite = True
     if device == "gpu":
-        backend, _ = _gpu_backend()
+        backend, torch_device = _gpu_backend()
         if backend == "torch":
             import torch
             return torch.linalg.svdvals(torch.from_numpy(np.ascontiguousarray(a))
-                                        .to("cuda")).cpu().numpy()
+                                        .to(torch_device)).cpu().numpy()
         import cupy
         return cupy.asnumpy(cupy.linalg.svd(cupy.asarray(a), compute_uv=False))
     # s(A) = s(A^T): a C-ordered A is a Fortran-ordered A^T, which LAPACK takes without a copy.
@@ -522,54 +524,75 @@ def _gram_refusal(src, block, floor_rel, want_rel, asked, when):
         f"min_resolved of at least {floor_rel:.3g}.", floor_rel, want_rel)
 
 
-def _gram_accumulate(src, block, progress, check_finite):
-    """Upper triangle of G = A^T A in float64 (A = Q, or Q^T when wide), streamed."""
-    n = min(src.shape)
-    g = np.zeros((n, n), order="F")
-    parts = -(-n // GRAM_TILE)
-    edges = list(range(0, n, -(-n // parts))) + [n]
-    tiles = list(zip(edges, edges[1:]))
-    scratch = np.empty((edges[1], edges[1]), order="F")
-    buf = np.empty((min(block, max(src.shape)), n))
-    syrk, gemm = scipy.linalg.blas.dsyrk, scipy.linalg.blas.dgemm
-    bar = _Progress(max(src.shape), progress, "row" if src.shape[0] >= n else "column")
-    for done, rows in _stream(src, block, check_finite):
-        x = buf[:len(rows)]
+class _CpuGram:
+    """Upper triangle of G = A^T A in float64 (A = Q, or Q^T when wide), streamed by
+    `add(rows)`: BLAS dsyrk / dgemm tiles into a scratch, each added to G once."""
+
+    def __init__(self, n, block):
+        self.g = np.zeros((n, n), order="F")
+        parts = -(-n // GRAM_TILE)
+        edges = list(range(0, n, -(-n // parts))) + [n]
+        self.tiles = list(zip(edges, edges[1:]))
+        self.scratch = np.empty((edges[1], edges[1]), order="F")
+        self.buf = np.empty((block, n))
+
+    def add(self, rows):
+        syrk, gemm = scipy.linalg.blas.dsyrk, scipy.linalg.blas.dgemm
+        x = self.buf[:len(rows)]
         np.copyto(x, rows)  # float16 / float32 -> float64 is exact
         xt = x.T            # F-ordered n x b: block Gram = xt @ xt.T
-        for i, (i0, i1) in enumerate(tiles):
-            for j0, j1 in tiles[i:]:
+        for i, (i0, i1) in enumerate(self.tiles):
+            for j0, j1 in self.tiles[i:]:
                 # The tile's b-term sums land in scratch (beta = 0) and reach G by one
                 # addition: the depth bound holds whatever order the BLAS sums in.
-                c = scratch[:i1 - i0, :j1 - j0]
+                c = self.scratch[:i1 - i0, :j1 - j0]
                 if i0 == j0:  # writes the upper triangle of c only; G's lower part is unused
                     c = syrk(1.0, xt[i0:i1], beta=0.0, c=c, trans=0, lower=0, overwrite_c=1)
                 else:
                     c = gemm(1.0, xt[i0:i1], xt[j0:j1], beta=0.0, c=c, trans_b=1,
                              overwrite_c=1)
-                g[i0:i1, j0:j1] += c
-        bar.update(done)
-    return g
+                self.g[i0:i1, j0:j1] += c
+
+    def trace_and_frobenius(self):
+        diag = np.diag(self.g)
+        tri = scipy.linalg.lapack.dlantr(b"F", self.g, uplo=b"U", diag=b"N")
+        fro = float(np.sqrt(max(2.0 * tri * tri - float(np.sum(diag ** 2)), 0.0)))
+        return float(np.sum(diag)), fro
+
+    def eigenvalues(self):
+        lam = scipy.linalg.eigh(self.g, lower=False, eigvals_only=True, overwrite_a=True,
+                                check_finite=False, driver=GRAM_EIGH_DRIVER)
+        self.g = None
+        return lam
 
 
-def _gram(src, block, progress, check_finite, want_rel, asked):
+def _gram_accumulator(n, block, dev):
+    if dev == "gpu":
+        from tools import gram_gpu
+        backend, torch_device = _gpu_backend()
+        return gram_gpu.accumulator(backend, n, torch_device)
+    return _CpuGram(n, block)
+
+
+def _gram(src, block, progress, check_finite, want_rel, asked, dev="cpu"):
     """(singular values, s_floor) by the Gram route; `GramFloorError` below the floor."""
     floor_rel = gram_floor(src.shape, block)
     if floor_rel > want_rel:
         raise _gram_refusal(src, block, floor_rel, want_rel, asked,
                             "before reading it, at the smallest energy ratio r = 1")
-    g = _gram_accumulate(src, block, progress, check_finite)
-    trace = float(np.sum(np.diag(g)))  # = ||Q||_F^2 (to gamma_d)
-    tri = scipy.linalg.lapack.dlantr(b"F", g, uplo=b"U", diag=b"N")
-    fro = float(np.sqrt(max(2.0 * tri * tri - float(np.sum(np.diag(g) ** 2)), 0.0)))
+    gram = _gram_accumulator(min(src.shape), min(block, max(src.shape)), dev)
+    bar = _Progress(max(src.shape), progress, "row" if src.shape[0] >= min(src.shape)
+                    else "column")
+    for done, rows in _stream(src, block, check_finite):
+        gram.add(rows)
+        bar.update(done)
+    trace, fro = gram.trace_and_frobenius()  # trace = ||Q||_F^2 (to gamma_d)
     if fro > 0:  # lambda_max <= ||G||_F: the smallest floor this matrix can have
         floor_rel = gram_floor(src.shape, block, trace / fro)
         if floor_rel > want_rel:
             raise _gram_refusal(src, block, floor_rel, want_rel, asked,
                                 f"after the accumulation, ||Q||_F^2 = {trace:.4g}")
-    lam = scipy.linalg.eigh(g, lower=False, eigvals_only=True, overwrite_a=True,
-                            check_finite=False, driver=GRAM_EIGH_DRIVER)
-    del g
+    lam = gram.eigenvalues()
     lam_max = max(float(lam[-1]), 0.0)
     values = np.sqrt(np.clip(lam, 0.0, None))
     if lam_max == 0.0:  # Q = 0: every sum was exact
@@ -671,8 +694,8 @@ def singular_values(q, method="auto", block_rows=None, dtype=None, device=None,
     want_rel, asked = _check_min_resolved(min_resolved, src.shape, src.dtype)
     if auto:
         float64 = dtype is None or np.dtype(dtype) == np.float64
-        gram_resolves = dev == "cpu" and float64 \
-            and gram_floor(src.shape, _gram_block(src, block_rows)) <= want_rel
+        gram_resolves = float64 and \
+            gram_floor(src.shape, _gram_block(src, block_rows)) <= want_rel
         method = _choose_method(src, dtype, memory_fraction, dev, gram_resolves)
     t0 = time.perf_counter()
     used_block, floor, note = None, None, ""
@@ -682,20 +705,19 @@ def singular_values(q, method="auto", block_rows=None, dtype=None, device=None,
     elif method == "tsqr":
         values, cdt, used_block = _tsqr(src, dtype, block_rows, dev, progress, check_finite)
     elif method == "gram":
-        if dev == "gpu":
-            raise ValueError("method='gram' runs on the CPU only; use device=None, or "
-                             "method='tsqr' with device='gpu'")
         if dtype is not None and np.dtype(dtype) != np.float64:
             raise ValueError(f"method='gram' accumulates in float64; got dtype={dtype!r} "
                              f"(use dtype=None)")
         cdt = np.dtype(np.float64)
         used_block = _gram_block(src, block_rows)
         try:
-            values, floor = _gram(src, used_block, progress, check_finite, want_rel, asked)
+            values, floor = _gram(src, used_block, progress, check_finite, want_rel, asked,
+                                  dev)
         except GramFloorError as exc:
             if not auto:
                 raise
-            method = "lapack" if _lapack_fits(src, dtype, memory_fraction) else "tsqr"
+            method = "lapack" if _lapack_fits(src, dtype, memory_fraction) and (
+                src.in_memory or dev == "cpu") else "tsqr"
             note = (f"auto: used {method}, as gram's error floor {exc.floor:.3g} s_max lies "
                     f"above the threshold to resolve, {exc.requested:.3g} s_max ({asked})")
             floor = None

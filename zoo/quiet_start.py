@@ -77,13 +77,22 @@ def is_noise(line):
 
 def start():
     """`set_environment()`, then import TensorFlow and find its devices with the start-up
-    lines in `NOISE` removed from stderr. Cheap when TensorFlow is already imported."""
+    lines in `NOISE` removed from stderr. Cheap when TensorFlow is already imported.
+
+    Where TensorFlow is not installed and Keras runs on PyTorch or JAX (a GPU image with
+    those frameworks only), there is nothing to quiet: it returns. With the TensorFlow
+    backend the missing module is the user's error, and raises."""
     set_environment()
     if "tensorflow" in sys.modules:
         return
-    with (contextlib.nullcontext() if wants_tensorflow_logs() else filtered_stderr()):
-        import tensorflow as tf
-        tf.config.list_physical_devices()  # CUDA's start-up lines come now, not mid-run
+    try:
+        with (contextlib.nullcontext() if wants_tensorflow_logs() else filtered_stderr()):
+            import tensorflow as tf
+            tf.config.list_physical_devices()  # CUDA's start-up lines come now, not mid-run
+    except ModuleNotFoundError as exc:
+        from zoo.allocator import keras_backend_name
+        if exc.name != "tensorflow" or keras_backend_name() == "tensorflow":
+            raise
 
 
 @contextlib.contextmanager
