@@ -29,7 +29,7 @@ Stages (in this order):
 - svd-lapack-torch (last: the slowest, least needed): torch svdvals of the float32 matrix.
 
     python bench/bench_gpu.py --out DIR --data-dir DIR [--budget 420] [--smoke]
-    python bench/bench_gpu.py --report DIR/gpu_results.json >> bench/RESULTS_gpu.md
+    python bench/bench_gpu.py --report DIR/gpu_results.json   # the tables again
 
 `--smoke` runs every stage at toy sizes (on the CPU where there is no GPU) to check the
 script before a lease.
@@ -188,81 +188,81 @@ def stage_svd(args, method, backend):
     return out
 
 
-def stage_mos(args, backend):
-    code = f"""
-import json, os, sys, time
+MOS_CHILD = """
+import json, sys, time
 import numpy as np
-sys.path.insert(0, {str(REPO)!r})
+sys.path.insert(0, sys.argv[1])
 import keras
 from keras import ops
 from tflm.layers import MoSLayer, TiedEmbedding
-cfg = {json.dumps(MOS)}
-if {args.smoke!r}:
-    cfg.update(B=2, T=5, V=300)
+cfg, mixture, mode = json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
 B, T, K, V, L, D = (cfg[k] for k in "BTKVLD")
 backend = keras.backend.backend()
-def sync(x):
-    if backend == "torch":
-        import torch
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-    else:
-        import jax
-        jax.block_until_ready(x)
-def peak():
-    if backend == "torch":
-        import torch
-        return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
-    import jax
-    return (jax.devices()[0].memory_stats() or {{}}).get("peak_bytes_in_use")
-def reset():
-    if backend == "torch":
-        import torch
-        if torch.cuda.is_available():
-            torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
-rows = []
-for mixture in ("batched", "sequential"):
-    head = MoSLayer(K, embedding=TiedEmbedding(V, L), mixture=mixture)
-    g = keras.random.normal((B, T, D), seed=0)
-    head(g[:1, :2])
-    for mode in ("forward", "training"):
-        if backend == "torch":
-            import torch
-            def step():
-                if mode == "forward":
-                    with torch.no_grad():
-                        y = head(g)[..., :1].sum()
-                else:
-                    loss = -head(g)[..., 0].mean()
-                    y = torch.autograd.grad(loss, [v.value for v in head.trainable_variables])
-                sync(y)
+head = MoSLayer(K, embedding=TiedEmbedding(V, L), mixture=mixture)
+g = keras.random.normal((B, T, D), seed=0)
+head(g[:1, :2])
+if backend == "torch":
+    import torch
+    cuda = torch.cuda.is_available()
+    def step():
+        if mode == "forward":
+            with torch.no_grad():
+                y = head(g)[..., :1].sum()
         else:
-            import jax
-            tv = [v.value for v in head.trainable_variables]
-            ntv = [v.value for v in head.non_trainable_variables]
-            def f(tv, g):
-                y, _ = head.stateless_call(tv, ntv, g)
-                return -ops.mean(y[..., 0])
-            fn = jax.jit(f) if mode == "forward" else jax.jit(jax.grad(f))
-            def step():
-                sync(fn(tv, g))
-        step()
-        reset()
-        base = peak()
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter(); step(); times.append(time.perf_counter() - t0)
-        p = peak()
-        rows.append(dict(mixture=mixture, mode=mode, seconds=float(np.median(times)),
-                         peak_mib=None if p is None else (p - (base if backend == "torch" else 0)) / 2**20))
-print(json.dumps(dict(config=cfg, rows=rows)))
+            loss = -head(g)[..., 0].mean()
+            y = torch.autograd.grad(loss, [v.value for v in head.trainable_variables])
+        if cuda:
+            torch.cuda.synchronize()
+    def in_use():
+        return torch.cuda.memory_allocated() if cuda else None
+    def peak():
+        return torch.cuda.max_memory_allocated() if cuda else None
+    step()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+else:
+    import jax
+    tv = [v.value for v in head.trainable_variables]
+    ntv = [v.value for v in head.non_trainable_variables]
+    def loss(tv, g):
+        y, _ = head.stateless_call(tv, ntv, g)
+        return -ops.mean(y[..., 0])
+    fn = jax.jit(loss) if mode == "forward" else jax.jit(jax.grad(loss))
+    def step():
+        jax.block_until_ready(fn(tv, g))
+    def stats():
+        return jax.devices()[0].memory_stats() or {}
+    def in_use():
+        return stats().get("bytes_in_use")
+    def peak():  # the process's high-water mark: one configuration per process
+        return stats().get("peak_bytes_in_use")
+    step()
+base = in_use()
+times = []
+for _ in range(5):
+    t0 = time.perf_counter(); step(); times.append(time.perf_counter() - t0)
+p = peak()
+print(json.dumps(dict(mixture=mixture, mode=mode, seconds=float(np.median(times)),
+                      peak_mib=None if p is None else (p - base) / 2**20)))
 """
+
+
+def stage_mos(args, backend):
+    """Each (mixture, pass) in a fresh process: JAX's peak is a process high-water mark.
+    Peak = the device's high-water mark during the steps above what the weights and the
+    input held before them (the warm-up step, compiling on JAX, ran first)."""
+    cfg = dict(MOS, **(dict(B=2, T=5, V=300) if args.smoke else {}))
     env = dict(os.environ, KERAS_BACKEND=backend, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=args.stage_timeout)
-    if done.returncode:
-        raise RuntimeError(done.stderr[-3000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    rows = []
+    for mixture in ("batched", "sequential"):
+        for mode in ("forward", "training"):
+            done = subprocess.run([sys.executable, "-c", MOS_CHILD, str(REPO), json.dumps(cfg),
+                                   mixture, mode], env=env, capture_output=True, text=True,
+                                  timeout=args.stage_timeout)
+            if done.returncode:
+                raise RuntimeError(done.stderr[-3000:])
+            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return {"config": cfg, "rows": rows}
 
 
 def stage_pipeline(args, backend):
@@ -353,8 +353,9 @@ def run_all(args):
     spectra = {p.stem: np.load(p) for p in sorted(work.glob("s_*.npy"))}
     if spectra:
         np.savez_compressed(out / "spectra.npz", **spectra)
+        add_agreement(results, spectra)
     results_path.write_text(json.dumps(results, indent=1))
-    print(report(results, spectra))
+    print(report(results))
 
 
 # ------------------------------------------------------------------ report
@@ -364,9 +365,25 @@ def _fmt(v, spec=",.1f"):
     return "-" if v is None else format(v, spec)
 
 
-def report(results, spectra=None):
-    """Markdown tables of a gpu_results.json (and its spectra, for the agreement columns)."""
+def add_agreement(results, spectra):
+    """Each svd stage's Press rank and its largest relative difference from gram (torch) over
+    the singular values above the float32 Press threshold, from the saved spectra."""
     from tools.rank import press_rank, press_threshold
+    shape = tuple(results["stages"].get("matrix", {}).get("shape", (0, 0)))
+    ref = spectra.get("s_gram_torch")
+    for name, r in results["stages"].items():
+        s = spectra.get(f"s_{r.get('method')}_{r.get('backend')}")
+        if not name.startswith("svd-") or s is None:
+            continue
+        r["press_rank"] = press_rank(s, shape, "float32")
+        if ref is not None:
+            keep = ref > press_threshold(ref[0], shape, "float32")
+            r["max_rel_diff_vs_gram_torch"] = float(np.max(np.abs(s[keep] - ref[keep])
+                                                           / ref[keep]))
+
+
+def report(results):
+    """Markdown tables of a gpu_results.json."""
     st = results["stages"]
     fl = st.get("floors", {})
     lines = [f"## Rank tools on {fl.get('device', 'a GPU')} ({results['started'][:10]})", "",
@@ -402,7 +419,6 @@ def report(results, spectra=None):
         arith = m * n * n / (fl["gemm_fp64_tflops"] * 1e12)
         copy = mx["bytes"] / (fl["h2d_pageable_gbs"] * 1e9)
         floor = max(arith, copy)
-        ref = (spectra or {}).get("s_gram_torch")
         lines += ["", f"### Exact singular values of a {m:,} x {n:,} float32 matrix (the "
                   "bench/RESULTS_svd.md matrix: rank 400, scales 1 ... 1e-3, noise 1e-6)", "",
                   f"Floor = max(M N^2 / float64 GEMM rate = {arith:.2f} s, bytes of Q / "
@@ -417,28 +433,22 @@ def report(results, spectra=None):
                 lines.append(f"| {name[4:]} | | {r.get('error', r.get('skipped'))[:200]} "
                              "| | | | |")
                 continue
-            s = (spectra or {}).get(f"s_{r['method']}_{r['backend']}")
-            rank = diff = None
-            if s is not None:
-                rank = press_rank(s, (m, n), "float32")
-                if ref is not None:
-                    t = press_threshold(ref[0], (m, n), "float32")
-                    keep = ref > t
-                    diff = float(np.max(np.abs(s[keep] - ref[keep]) / ref[keep]))
+            rank, diff = r.get("press_rank"), r.get("max_rel_diff_vs_gram_torch")
             kernels = {"torch": "torch (cuBLAS, cuSOLVER)", "cupy": "CuPy (cuBLAS, cuSOLVER)",
                        "jax": "JAX (XLA), kernel in bench"}[r["backend"]]
             lines.append(f"| {r['method']} | {kernels} | {r['seconds']:.1f} | "
                          f"{r['seconds'] / floor:.2f} | {_fmt(r.get('peak_mib'), ',.0f')} | "
                          f"{_fmt(rank, 'd')} | {_fmt(diff, '.2e')} |")
-    for name in ("mos-torch", "mos-jax"):
-        r = st.get(name, {})
+    for name in [k for k in st if k.startswith("mos-")]:
+        r = st[name]
         if "rows" not in r:
             if r:
                 lines += ["", f"{name}: {r.get('error', r.get('skipped'))[:400]}"]
             continue
         c = r["config"]
         tensor = c["B"] * c["T"] * c["K"] * c["V"] * 4 / 2**20
-        lines += ["", f"### MoS mixture on the GPU, Keras on {name[4:]} (B={c['B']}, "
+        lines += ["", f"### MoS mixture on the GPU, Keras on {r.get('label', name[4:])} "
+                  f"(B={c['B']}, "
                   f"T={c['T']}, K={c['K']}, V={c['V']:,}, L={c['L']}; one B*T*K*V float32 "
                   f"tensor = {tensor:,.0f} MiB)", "",
                   "| pass | mixture | seconds (median of 5) | peak device MiB | peak / tensor |",
@@ -463,13 +473,10 @@ def main():
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--report", metavar="RESULTS_JSON")
     args = p.parse_args()
-    if args.report:
-        results = json.loads(pathlib.Path(args.report).read_text())
-        npz = pathlib.Path(args.report).with_name("spectra.npz")
-        spectra = dict(np.load(npz)) if npz.exists() else None
-        print(report(results, spectra))
-        return
     sys.path.insert(0, str(REPO))
+    if args.report:
+        print(report(json.loads(pathlib.Path(args.report).read_text())))
+        return
     if args.child:
         pathlib.Path(args.work).mkdir(parents=True, exist_ok=True)
         print(json.dumps(STAGES[args.child](args)))

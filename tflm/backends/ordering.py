@@ -3,8 +3,11 @@
 A TensorFlow graph (`tf.function`) runs ops without a data dependency concurrently: a loop
 over K mixture components written in Python becomes K independent projections that may all
 be alive at once, which defeats computing them one at a time to save memory. `after` adds
-the missing edge (a control dependency). Eager PyTorch runs in program order and XLA (JAX)
-schedules with memory in view, so elsewhere it returns the value unchanged.
+the missing edge: a control dependency on TensorFlow, and on JAX an
+`jax.lax.optimization_barrier` over the value and its dependencies, which XLA may not
+compute across. XLA's own scheduling did keep several components alive: the sequential
+MoS head held 2.17 B*T*K*V tensors in a JAX training step on an H200 without the barrier
+(bench/RESULTS_gpu.md). Eager PyTorch runs in program order: the value is returned as is.
 """
 
 import keras
@@ -12,7 +15,12 @@ import keras
 
 def after(value, dependencies):
     """`value`, made available only once every tensor in `dependencies` is computed."""
-    if keras.backend.backend() != "tensorflow":
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+        value, _ = jax.lax.optimization_barrier((value, list(dependencies)))
+        return value
+    if backend != "tensorflow":
         return value
     import tensorflow as tf
     if tf.executing_eagerly():
