@@ -29,7 +29,10 @@ c0 = rng.normal(size=(B, N)).astype("float32")
 cotangents = [rng.normal(size=s).astype("float32") for s in ((B, T, N), (B, N), (B, N))]
 masks = {"none": None,
          "padded": np.arange(T)[None, :] < np.array([[7], [5], [2]]),  # padded windows
-         "holes": rng.random((B, T)) < 0.6}  # masked first steps too
+         "holes": rng.random((B, T)) < 0.6,  # masked first steps too
+         # padded to a compiled length: the last steps masked in every sequence
+         "trailing": np.arange(T)[None, :] < np.array([[5], [4], [2]]),
+         "all masked": np.zeros((B, T), bool)}
 masks["holes"][0, :2] = False
 cell_of = lambda w, bias: CellWeights(w, bias, keras.activations.tanh,
                                        keras.activations.sigmoid)
@@ -65,7 +68,10 @@ print(json.dumps(result))
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
 def test_written_backward_equals_autodiff(backend):
     result = json.loads(run_in_backend(backend, CHECK).strip().splitlines()[-1])
-    for name in ("none", "padded zero", "padded held", "holes zero", "holes held"):
+    names = ["none"] + [f"{mask} {output}" for mask in ("padded", "holes", "trailing",
+                                                          "all masked")
+                          for output in ("zero", "held")]
+    for name in names:
         assert result[name] < 2e-5, (name, result[name])
     assert result["applies"] == [True, False, False, False]
 
