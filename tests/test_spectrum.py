@@ -258,7 +258,8 @@ def test_tsqr_streams_with_bounded_memory(big_npy, kind):
 # ------------------------------------------------------------------ devices
 
 
-def test_gpu_request_without_gpu_is_a_clear_error():
+@pytest.mark.parametrize("method", ["tsqr", "gram"])
+def test_gpu_request_without_gpu_is_a_clear_error(method):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
@@ -268,7 +269,7 @@ def test_gpu_request_without_gpu_is_a_clear_error():
     except ImportError:
         pass
     with pytest.raises(RuntimeError, match="no GPU is usable"):
-        singular_values(_gaussian(20, 5), method="tsqr", device="gpu")
+        singular_values(_gaussian(20, 5).astype(np.float32), method=method, device="gpu")
 
 
 def test_torch_tsqr_code_path_on_cpu():
