@@ -275,15 +275,18 @@ def _count_traces(model):
     return traced
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "asgd"])
 @pytest.mark.parametrize("built", [False, True])
-def test_tensorflow_traces_the_train_step_once(built):
-    # The model and its stream-state variables are made before the first trace; made inside
-    # it, tf.function traces the step a second time.
+def test_tensorflow_traces_the_train_step_once(built, optimizer):
+    # The model, its stream-state variables and the optimizer's (ASGD's averages) are made
+    # before the first trace; made inside it, tf.function traces the step a second time.
+    from tflm.optimizers import AveragedSGD
     model = _model()
     if built:
         model.build((None, None))
     traced = _count_traces(model)
-    model.compile(optimizer=keras.optimizers.SGD(1.0))
+    model.compile(optimizer=AveragedSGD(1.0, start_averaging=2) if optimizer == "asgd"
+                  else keras.optimizers.SGD(1.0))
     from tflm import data
     model.fit(data.lm_dataset(_tokens((600,)), 4, 10, train=False), epochs=2, verbose=0)
     assert len(traced) == 1
@@ -315,3 +318,4 @@ def test_summary_shows_batch_and_time_dimensions_not_a_dummy_window():
     table = "\n".join(lines).split("Param #")[1].split("Total params")[0]
     assert f"(None, None, {V})" in table
     assert "?" not in table and "(1, 2" not in table
+
