@@ -391,7 +391,6 @@ def report(results):
              "Keras on PyTorch / JAX, no TensorFlow in its image). "
              + ("SMOKE RUN at toy sizes, not a measurement. " if results.get("smoke") else ""),
              ""]
-    p = st.get("pipeline-torch", {})
     lines += ["### The PTB pipeline end to end (target: under 60 s)", "",
               "| Keras backend | export wall s (rows/s) | rank wall s (method, in-process s) | "
               "Press rank | total wall s |", "| --- | ---: | ---: | ---: | ---: |"]
@@ -455,8 +454,9 @@ def report(results):
                   "| --- | --- | ---: | ---: | ---: |"]
         for row in sorted(r["rows"], key=lambda x: (x["mode"], x["mixture"])):
             pk = row["peak_mib"]
+            ratio = None if pk is None else pk / tensor
             lines.append(f"| {row['mode']} | {row['mixture']} | {row['seconds']:.4f} | "
-                         f"{_fmt(pk, ',.0f')} | {_fmt(None if pk is None else pk / tensor, '.2f')} |")
+                         f"{_fmt(pk, ',.0f')} | {_fmt(ratio, '.2f')} |")
     return "\n".join(lines) + "\n"
 
 

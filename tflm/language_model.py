@@ -176,7 +176,8 @@ class LanguageModel(TokenWindowBuild, keras.Model):
 
     def build_under_strategy(self):
         """Called by Keras' TensorFlow trainer before tracing (`tflm.compat.TokenWindowBuild`):
-        builds the model and optimizer under a distribution strategy; True when it did."""
+        builds the model and optimizer under a distribution strategy, True when it did; without
+        one, builds a built model's optimizer (one trace of the step, not two) and is False."""
         return backends.current().build_under_strategy(self)
 
     @property

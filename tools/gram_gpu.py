@@ -12,8 +12,10 @@ The eigenvalues come from the symmetric eigensolver of the GPU library (cuSOLVER
 like LAPACK's, so the bound's second step (p(N) = N) holds too.
 
 The full product B^T B is formed (2 b N^2 flops, not dsyrk's b N^2): torch has no rank-k
-update, and at the H100's float64 rate the whole PTB-test Gram matrix takes well under a
-second, far below the time to read Q from the host (bench/RESULTS_svd.md). The GPU holds G,
+update, and on the H200 of bench/RESULTS_gpu.md (float64 GEMM at 54 TFLOP/s) the 161 block
+products of the PTB-test matrix took 0.76-1.0 s, against 0.53 s just to copy Q from the
+host. Each block crosses to the device in its own dtype and is widened there: half the
+bytes of widening it on the host. The GPU holds G,
 the scratch product and one block: 2 N^2 + b N float64 numbers (1.6 GB at N = 10,000).
 
 `accumulator(backend, n, torch_device)` returns an object with ``add(rows)``,

@@ -580,7 +580,7 @@ def _gram(src, block, progress, check_finite, want_rel, asked, dev="cpu"):
     if floor_rel > want_rel:
         raise _gram_refusal(src, block, floor_rel, want_rel, asked,
                             "before reading it, at the smallest energy ratio r = 1")
-    gram = _gram_accumulator(min(src.shape), min(block, max(src.shape)), dev)
+    gram = _gram_accumulator(min(src.shape), block, dev)  # block <= max(M, N): _gram_block
     bar = _Progress(max(src.shape), progress, "row" if src.shape[0] >= min(src.shape)
                     else "column")
     for done, rows in _stream(src, block, check_finite):
