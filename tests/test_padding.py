@@ -147,3 +147,65 @@ def test_jax_compiles_once_per_padded_length():
     assert traced and all(t % 8 == 0 for t in traced)
     assert len(traced) == len(set(traced))  # one trace per padded length, none twice
     assert len(traced) < distinct_raw
+
+
+def test_unpadded_promise_on_tensorflow():
+    """`LanguageModel.padded_windows = False`: the traced train step drops the mask (same
+    training as with it, every dropout on), and a padded window fails at run time with an
+    error naming the flag; evaluation keeps its mask."""
+    out = run_in_backend("tensorflow", """
+        import numpy as np, keras, tensorflow as tf
+        from tflm import data
+        from tflm.padding import padding_mask, promised_unpadded
+        from zoo.awd_lstm import AWDLSTM
+
+        def mask_is_none_in_trace(check):
+            seen = []
+
+            @tf.function
+            def trace(tokens):
+                with promised_unpadded(check):
+                    seen.append(padding_mask(tokens) is None)
+                return tokens
+
+            trace(tf.zeros((2, 3), tf.int32))
+            return seen[0]
+
+        checked = []
+        assert mask_is_none_in_trace(checked.append) and len(checked) == 1
+        assert not mask_is_none_in_trace(None)
+
+        ids = np.random.default_rng(0).integers(0, 60, 1_500)
+
+        def run(padded, multiple=1):
+            keras.utils.set_random_seed(0)
+            model = AWDLSTM(60, embed_dim=8, hidden_dim=16, num_layers=3, seed=5, bptt=12,
+                            dropout_e=0.1, weight_dropout=0.5)
+            model.compile(optimizer=keras.optimizers.SGD(2.0))
+            model.padded_windows = padded
+            losses = []
+            for i, (x, y) in enumerate(data.lm_windows(ids, 4, 12, train=True, seed=3,
+                                                       epoch=0, pad_to_multiple=multiple)):
+                if i == 6:
+                    break
+                losses.append(model.train_on_batch(x, y, return_dict=True)["loss"])
+            valid = data.lm_dataset(ids[:400], 3, 10, train=False, pad_to_multiple=8)
+            ppl = model.evaluate(valid, verbose=0, return_dict=True)["perplexity"]
+            return np.concatenate([w.ravel() for w in model.get_weights()]), losses, ppl
+
+        w1, l1, p1 = run(True)
+        w0, l0, p0 = run(False)
+        print("weights", float(np.abs(w1 - w0).max()), "loss",
+              float(np.abs(np.subtract(l1, l0)).max()), "ppl", p1, p0)
+        try:
+            run(False, multiple=8)
+        except tf.errors.InvalidArgumentError as err:
+            print("error", "padded_windows = True" in str(err))
+        else:
+            print("error none")
+    """).strip().split("\n")
+    numbers, error = out[-2].split(), out[-1].split()
+    assert numbers[0] == "weights"
+    assert float(numbers[1]) < 1e-5 and float(numbers[3]) < 1e-5, numbers
+    assert float(numbers[5]) == pytest.approx(float(numbers[6]), rel=1e-5)
+    assert error == ["error", "True"], out

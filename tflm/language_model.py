@@ -10,7 +10,7 @@ from tflm.batch_size import batch_size_of, leading_dim
 from tflm.compat import TokenWindowBuild
 from tflm.losses import sampled_token_nll, token_nll
 from tflm.metrics import Perplexity, TokenMeanNLL
-from tflm.padding import real_position_weights
+from tflm.padding import promised_unpadded, real_position_weights
 
 
 class ResetTrainingStreams(keras.callbacks.Callback):
@@ -195,7 +195,22 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         column 0. False by default."""
         return False
 
+    # Whether training windows may hold `PAD_ID` positions. False: the traced train step
+    # assumes none and runs the mask-free LSTM loop, where the backend can check that at
+    # run time (`Backend.unpadded_check`: TensorFlow outside XLA; a padded window then
+    # fails with an error naming this flag); elsewhere the mask stays. On TensorFlow the
+    # 200 / 400 x 3 PTB model's step took 4% less time and its first (traced) step 0.45 s
+    # less (bench/RESULTS.md). `python -m zoo.train` sets it from the run's padding.
+    padded_windows = True
+
     def call(self, tokens, training=False, targets=None):
+        check = None
+        if training and self.padded_windows is False:
+            check = backends.current().unpadded_check(self)
+        with promised_unpadded(check):
+            return self._call(tokens, training, targets)
+
+    def _call(self, tokens, training, targets):
         extra = {"targets": targets} if (targets is not None and training
                                           and self.uses_targets) else {}
         if not (self.carry_state and self._carrying):

@@ -12,8 +12,14 @@ the window had T positions:
     AR, TAR      = means over real positions (TAR: over pairs of real positions)
 
 `padding_mask` returns None where the tokens are concrete and hold no padding, so eager
-backends keep the mask-free kernels (PyTorch's cuDNN LSTM takes no mask).
+backends keep the mask-free kernels (PyTorch's cuDNN LSTM takes no mask), and inside
+`promised_unpadded(check)`, where the caller knows its traced windows hold no padding and
+`check` places a runtime check of that promise (`LanguageModel.padded_windows = False` on
+TensorFlow: the masked LSTM loop costs ops every step that an unpadded window never uses).
 """
+
+import contextlib
+import threading
 
 from keras import ops
 
@@ -21,13 +27,33 @@ from tflm import backends
 from tflm.data.batching import PAD_ID
 
 
+_PROMISE = threading.local()
+
+
+@contextlib.contextmanager
+def promised_unpadded(check):
+    """Within: traced windows hold no `PAD_ID`, so `padding_mask` returns None for them
+    after `check(tokens)` has placed a runtime check that fails on a padded window.
+    `check` None: no promise (traced tokens get a mask, as outside)."""
+    previous = getattr(_PROMISE, "check", None)
+    _PROMISE.check = check
+    try:
+        yield
+    finally:
+        _PROMISE.check = previous
+
+
 def padding_mask(tokens):
     """Boolean `(batch, time)` mask of the real positions, or None when there is no padding.
 
-    Traced tokens (a TensorFlow graph, JAX under `jit`) always get a mask: the values are
-    not known when the program is built."""
+    Traced tokens (a TensorFlow graph, JAX under `jit`) get a mask, the values being
+    unknown when the program is built, unless inside `promised_unpadded`."""
     mask = ops.not_equal(tokens, PAD_ID)
-    if backends.current().is_concrete(tokens) and bool(ops.convert_to_numpy(ops.all(mask))):
+    if backends.current().is_concrete(tokens):
+        return None if bool(ops.convert_to_numpy(ops.all(mask))) else mask
+    check = getattr(_PROMISE, "check", None)
+    if check is not None:
+        check(tokens)
         return None
     return mask
 

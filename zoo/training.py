@@ -232,6 +232,9 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     max_len = training.get("max_seq_len")
     epochs = int(training.get("epochs", 1))
     pad = pad_to_multiple(training)
+    # Unpadded training windows (TensorFlow's and PyTorch's default): the traced train step
+    # runs the mask-free LSTM loop, checked at run time where the backend can
+    model.padded_windows = pad > 1 or (pad_to_compiled and keras.backend.backend() == "jax")
     # Evaluation windows longer than bptt where the perplexity is the same (zoo.eval_window)
     def eval_window(bptt_, batch_):
         return window_for_run(config, bptt_, batch_, len(vocabulary),

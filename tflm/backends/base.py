@@ -23,6 +23,8 @@ everything that differs between Keras backends:
     pick_targets(log_probs, targets)
                                    log_probs[..., targets]: the loss's gather
     written_lstm_backward()        whether the portable LSTM may take `lstm_backward`
+    unpadded_check(model)          a runtime check that traced tokens hold no padding, or
+                                   None (`LanguageModel.padded_windows`)
     linear(x, weight, bias)        x weight^T + bias: the output layer's logits
     global_batch_block()           which block of the global batch this replica holds
     fused_lstm(...)                the fused LSTM kernel, or NotImplementedError
@@ -122,6 +124,13 @@ class Backend:
     def written_lstm_backward(self):
         """Whether the portable LSTM loop may be differentiated by `lstm_backward` here."""
         return True
+
+    def unpadded_check(self, model):
+        """A function placing a runtime check, in `model`'s traced train step, that the
+        tokens hold no `PAD_ID`, or None where no such check can run (then the step keeps
+        its mask: `LanguageModel.padded_windows`). Eager backends need none: their tokens
+        are concrete and `tflm.padding.padding_mask` looks at them."""
+        return None
 
     def linear(self, x, weight, bias=None):
         """`x weight^T + bias`, `weight` `(out, in)` (a tied embedding's layout)."""

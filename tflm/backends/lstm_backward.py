@@ -3,8 +3,9 @@
 Autodiff through a time loop (TensorFlow's while loop, JAX's scan) replays every step's
 ops in reverse one by one, and accumulates dU = sum_t h_{t-1}^T dz_t inside the loop: T
 products of (n x B) by (B x 4n), each reading and writing all of U. Written out, the
-backward loop holds one matmul per step (dz_t U^T) and the gate algebra, and dU is one
-(n x T B) by (T B x 4n) GEMM after it, as cuDNN's and oneDNN's LSTM backward do.
+backward loop holds one matmul per step (dz_t U^T) and a few elementwise ops (the gate
+derivatives are computed for the whole window before it), and dU is one (n x T B) by
+(T B x 4n) GEMM after it, as cuDNN's and oneDNN's LSTM backward do.
 
 Forward, gate order i, f, c, o as `lstm_kernels.portable_lstm`; p_t = x_t W + b is given,
 m_t is 1 on a real step and 0 on a masked one (which holds the state and outputs zero):
@@ -82,28 +83,26 @@ def _differentiable(function):
     return _DIFFERENTIABLE[function]
 
 
-def _gates(z):
-    z_i, z_f, z_c, z_o = ops.split(z, 4, axis=-1)
-    return ops.sigmoid(z_i), ops.sigmoid(z_f), ops.tanh(z_c), ops.sigmoid(z_o)
-
-
 def _forward(projected, recurrent_kernel, h0, c0, steps, held_output=False):
-    """The forward loop: `(gates (i, f, g, o), h_t, c_t, y_t)` of every step, each
-    `(batch, time, units)`; y_t is None unless `held_output` (then it differs from m h_t)."""
+    """The forward loop: `(z_t, h_t, c_t, y_t)` of every step, z `(batch, time, 4 units)`,
+    the others `(batch, time, units)`; y_t is None unless `held_output` (then it differs
+    from m h_t). Only the pre-activations z are kept of the gates: the backward pass
+    recomputes the activations for all steps at once, outside its loop."""
 
     def step(x_t, states):
         h_prev, c_prev = states[0], states[1]
         p_t = x_t if steps is None else x_t[:, :-1]
-        i, f, g, o = _gates(p_t + ops.matmul(h_prev, recurrent_kernel))
-        c = f * c_prev + i * g
-        h = o * ops.tanh(c)
+        z = p_t + ops.matmul(h_prev, recurrent_kernel)
+        z_i, z_f, z_c, z_o = ops.split(z, 4, axis=-1)
+        c = ops.sigmoid(z_f) * c_prev + ops.sigmoid(z_i) * ops.tanh(z_c)
+        h = ops.sigmoid(z_o) * ops.tanh(c)
         if steps is None:
-            return (i, f, g, o, h, c), [h, c]
+            return (z, h, c), [h, c]
         m = x_t[:, -1:]
         new = [m * h + (1.0 - m) * h_prev, m * c + (1.0 - m) * c_prev]
         if held_output:
             new.append(m * h + (1.0 - m) * states[2])
-        return (i, f, g, o, *new), new
+        return (z, *new), new
 
     # One input tensor: Keras' TensorFlow loop reads the window length from a nested
     # input's `.shape`, which a window of unknown length (fit's) does not have.
@@ -112,31 +111,45 @@ def _forward(projected, recurrent_kernel, h0, c0, steps, held_output=False):
     _, saved, _ = compat.rnn_loop(step, inputs, initial, mask=None, go_backwards=False,
                                   unroll=False, zero_output_for_mask=False,
                                   return_all_outputs=True)
-    return tuple(saved[:4]), saved[4], saved[5], saved[6] if held_output else None
+    return saved[0], saved[1], saved[2], saved[3] if held_output else None
 
 
-def _backward(recurrent_kernel, h0, c0, steps, gates, h_states, c_states, d_outputs, d_h,
-              d_c, held_output=False):
-    """The backward loop (time reversed) and dU: `(dprojected, dU, dh0, dc0)`."""
+def _backward(recurrent_kernel, h0, c0, steps, z_states, h_states, c_states, d_outputs,
+              d_h, d_c, held_output=False):
+    """The backward loop (time reversed) and dU: `(dprojected, dU, dh0, dc0)`.
+
+    Everything that does not depend on the carried gradients is computed for all steps
+    before the loop, in whole-window ops: with P_t = o (1 - tanh^2 c_t) and
+    Q_t = [g i (1 - i), c_{t-1} f (1 - f), i (1 - g^2), tanh(c_t) o (1 - o)], a step is
+
+        dc~ = m dc_t + dh~ P_t,   dz_t = [dc~, dc~, dc~, dh~] Q_t
+
+    (a handful of ops inside the loop instead of the whole gate algebra: TensorFlow's
+    executor pays per op and per step)."""
     units = h0.shape[-1]
+    activations = ops.sigmoid(z_states)
+    i, f, _, o = ops.split(activations, 4, axis=-1)
+    g = ops.tanh(z_states[..., 2 * units:3 * units])
+    tanh_c = ops.tanh(c_states)
     c_prev = ops.concatenate([ops.expand_dims(c0, 1), c_states[:, :-1]], axis=1)
+    cell_path = o * (1.0 - tanh_c * tanh_c)
+    gate_factors = ops.concatenate([g * i * (1.0 - i), c_prev * f * (1.0 - f),
+                                    i * (1.0 - g * g), tanh_c * o * (1.0 - o)], axis=-1)
     u_t = ops.transpose(recurrent_kernel)
-    parts = [d_outputs, *gates, c_states, c_prev] + ([] if steps is None else [steps])
+    parts = [d_outputs, cell_path, f, gate_factors] + ([] if steps is None else [steps])
     reversed_inputs = ops.flip(ops.concatenate(parts, axis=-1), axis=1)
 
     def step(x_t, carry):
         dh, dc = carry[0], carry[1]
-        dy, i, f, g, o, c, c_before = (x_t[:, k * units:(k + 1) * units] for k in range(7))
+        dy = x_t[:, :units]
         if held_output:
             dy = dy + carry[2]
-        tanh_c = ops.tanh(c)
         m = None if steps is None else x_t[:, 7 * units:]
         dh_new = dy + dh if m is None else m * (dy + dh)
-        dc_new = (dc if m is None else m * dc) + dh_new * o * (1.0 - tanh_c * tanh_c)
-        dz = ops.concatenate([dc_new * g * i * (1.0 - i), dc_new * c_before * f * (1.0 - f),
-                              dc_new * i * (1.0 - g * g), dh_new * tanh_c * o * (1.0 - o)],
-                             axis=-1)
-        new = [ops.matmul(dz, u_t), dc_new * f]
+        dc_new = (dc if m is None else m * dc) + dh_new * x_t[:, units:2 * units]
+        gate_factors_t = x_t[:, 3 * units:7 * units]
+        dz = ops.concatenate([dc_new, dc_new, dc_new, dh_new], axis=-1) * gate_factors_t
+        new = [ops.matmul(dz, u_t), dc_new * x_t[:, 2 * units:3 * units]]
         if m is not None:
             new = [new[0] + (1.0 - m) * dh, new[1] + (1.0 - m) * dc]
         if held_output:
@@ -177,25 +190,25 @@ def _cotangents(args, upstream, outputs):
 
 
 def _unmasked(projected, recurrent_kernel, h0, c0):
-    gates, h_states, c_states, _ = _forward(projected, recurrent_kernel, h0, c0, None)
+    z_states, h_states, c_states, _ = _forward(projected, recurrent_kernel, h0, c0, None)
     outputs = (h_states, h_states[:, -1], c_states[:, -1])
 
     def grad(*args, upstream=None):
         d_y, d_h, d_c = _cotangents(args, upstream, outputs)
-        return _backward(recurrent_kernel, h0, c0, None, gates, h_states, c_states,
+        return _backward(recurrent_kernel, h0, c0, None, z_states, h_states, c_states,
                          d_y, d_h, d_c)
 
     return outputs, grad
 
 
 def _masked(projected, recurrent_kernel, h0, c0, steps, held_output):
-    gates, h_states, c_states, y = _forward(projected, recurrent_kernel, h0, c0, steps,
-                                            held_output)
+    z_states, h_states, c_states, y = _forward(projected, recurrent_kernel, h0, c0, steps,
+                                               held_output)
     outputs = (y if held_output else steps * h_states, h_states[:, -1], c_states[:, -1])
 
     def grad(*args, upstream=None):
         d_y, d_h, d_c = _cotangents(args, upstream, outputs)
-        grads = _backward(recurrent_kernel, h0, c0, steps, gates, h_states, c_states,
+        grads = _backward(recurrent_kernel, h0, c0, steps, z_states, h_states, c_states,
                           d_y, d_h, d_c, held_output)
         return (*grads, ops.zeros_like(steps))
 

@@ -9,6 +9,7 @@ from tflm import compat
 from tflm.backends.base import Backend, states_or_zeros, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 from tflm.backends.tensorflow_streams import TensorFlowStreamState
+from tflm.data.batching import PAD_ID
 from tflm.distribute import is_multi_worker
 
 
@@ -207,6 +208,21 @@ class TensorFlowBackend(Backend):
         multi-worker training differentiates the loop by autodiff, as before."""
         return not isinstance(tf.distribute.get_strategy(),
                               tf.distribute.MultiWorkerMirroredStrategy)
+
+    def unpadded_check(self, model):
+        """`tf.debugging.assert_none_equal` on the tokens, except under XLA
+        (`model.jit_compile`), where an assertion compiles to nothing."""
+        if model.jit_compile:
+            return None
+
+        def check(tokens):
+            tf.debugging.assert_none_equal(
+                tokens, tf.constant(PAD_ID, tokens.dtype),
+                message=f"{type(model).__name__}.padded_windows is False but a training "
+                        f"window holds padding (token id {PAD_ID}); set "
+                        "model.padded_windows = True for padded windows.")
+
+        return check
 
     def pick_targets(self, log_probs, targets):
         """`tf.gather` with batch dimensions. Keras' `take_along_axis` gathers with
