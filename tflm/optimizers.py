@@ -79,6 +79,29 @@ def _copy_of(variable):
     return ops.copy(ops.convert_to_tensor(variable))
 
 
+def _blend(variable, old, k):
+    """The running average after k averaged steps, with the new iterate theta:
+    old + (theta - old) / max(k, 1), and theta itself while k <= 1 (torch.optim.ASGD
+    copies when mu = 1)."""
+    theta = ops.convert_to_tensor(variable)
+    one = ops.cast(1.0, variable.dtype)
+    mu = ops.divide(one, ops.maximum(ops.cast(k, variable.dtype), one))
+    blended = ops.add(old, ops.multiply(ops.subtract(theta, old), mu))
+    return ops.where(ops.less_equal(k, 1), theta, blended)
+
+
+def _one_cond_for_all_averages():
+    """Whether `AveragedSGD` averages all variables under one `cond`: on TensorFlow outside
+    a `tf.distribute` strategy (there `update_step` runs per replica component, in the
+    cross-replica context where the averages must be assigned). JAX keeps a cond per
+    variable: with one cond over all averages its next step failed with "Attempt to donate
+    the same buffer twice" (tests/test_triggers.py)."""
+    if keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+    return not tf.distribute.has_strategy()
+
+
 class _Untracked:
     """A list kept out of the optimizer's variable tracking (a list attribute of model
     variables would add them to `optimizer.variables`)."""
@@ -250,6 +273,7 @@ class AveragedSGD(SGD):
         self._averages = []
         self._average_loaded = False
         self._averaging_known_off = False
+        self._deferred_averages = None
 
     # ---- graph-side state --------------------------------------------------------------
     def build(self, variables):
@@ -268,20 +292,29 @@ class AveragedSGD(SGD):
         average = self._averages[compat.optimizer_variable_index(self, variable)]
         if average is None or self._averaging_known_off:
             return
+        if self._deferred_averages is not None:  # averaged in `apply`, all under one cond
+            self._deferred_averages.append((variable, average))
+            return
         k = ops.convert_to_tensor(self._average_count)  # averaged steps before this one
         old = ops.convert_to_tensor(average)
-
-        def averaged():
-            theta = ops.convert_to_tensor(variable)
-            mu = ops.divide(ops.cast(1.0, variable.dtype),
-                            ops.maximum(ops.cast(k, variable.dtype), ops.cast(1.0, variable.dtype)))
-            blended = ops.add(old, ops.multiply(ops.subtract(theta, old), mu))
-            return ops.where(ops.less_equal(k, 1), theta, blended)  # torch copies when mu == 1
-
         # A traced step (TensorFlow graph, JAX) holds both branches but runs one: before
         # averaging starts the average is not recomputed (it was, and discarded, in every
         # SGD-phase step: ~5 % of a step of the 200 / 400 x 3 PTB model).
-        self.assign(average, ops.cond(self._averaging_active(), averaged, lambda: old))
+        self.assign(average, ops.cond(self._averaging_active(),
+                                      lambda: _blend(variable, old, k), lambda: old))
+
+    def _average_deferred(self, pending, active):
+        """The averages of the variables `update_step` deferred, under one `cond` on
+        `active`: a cond per variable cost the 200 / 400 x 3 PTB model's TensorFlow trace
+        about 0.5 s (a branch function pair each, and grappler's work on them)."""
+        k = ops.convert_to_tensor(self._average_count)
+        olds = [ops.convert_to_tensor(average) for _, average in pending]
+        new = ops.cond(active,
+                       lambda: [_blend(variable, old, k)
+                                for (variable, _), old in zip(pending, olds)],
+                       lambda: olds)
+        for (_, average), value in zip(pending, new):
+            self.assign(average, value)
 
     def lagged_window_scale(self, window_scale):
         """The step-size factor torch.optim.ASGD gives this window: T(k-1) / bptt.
@@ -307,10 +340,14 @@ class AveragedSGD(SGD):
         # is not, the averages are left alone entirely, as torch.optim.SGD before the switch.
         self._averaging_known_off = (backends.current().is_concrete(active)
                                      and not bool(ops.convert_to_numpy(active)))
+        self._deferred_averages = [] if _one_cond_for_all_averages() else None
         try:
             super().apply(grads, trainable_variables)
+            if self._deferred_averages:
+                self._average_deferred(self._deferred_averages, active)
         finally:
             self._averaging_known_off = False
+            self._deferred_averages = None
         self._average_count.assign_add(ops.cast(active, self._average_count.dtype))
 
     # ---- Python-side control -----------------------------------------------------------
