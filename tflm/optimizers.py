@@ -90,18 +90,6 @@ def _blend(variable, old, k):
     return ops.where(ops.less_equal(k, 1), theta, blended)
 
 
-def _one_cond_for_all_averages():
-    """Whether `AveragedSGD` averages all variables under one `cond`: on TensorFlow outside
-    a `tf.distribute` strategy (there `update_step` runs per replica component, in the
-    cross-replica context where the averages must be assigned). JAX keeps a cond per
-    variable: with one cond over all averages its next step failed with "Attempt to donate
-    the same buffer twice" (tests/test_triggers.py)."""
-    if keras.backend.backend() != "tensorflow":
-        return False
-    import tensorflow as tf
-    return not tf.distribute.has_strategy()
-
-
 class _Untracked:
     """A list kept out of the optimizer's variable tracking (a list attribute of model
     variables would add them to `optimizer.variables`)."""
@@ -305,8 +293,7 @@ class AveragedSGD(SGD):
 
     def _average_deferred(self, pending, active):
         """The averages of the variables `update_step` deferred, under one `cond` on
-        `active`: a cond per variable cost the 200 / 400 x 3 PTB model's TensorFlow trace
-        about 0.5 s (a branch function pair each, and grappler's work on them)."""
+        `active`, where the backend says so (`Backend.averages_under_one_cond`)."""
         k = ops.convert_to_tensor(self._average_count)
         olds = [ops.convert_to_tensor(average) for _, average in pending]
         new = ops.cond(active,
@@ -340,7 +327,7 @@ class AveragedSGD(SGD):
         # is not, the averages are left alone entirely, as torch.optim.SGD before the switch.
         self._averaging_known_off = (backends.current().is_concrete(active)
                                      and not bool(ops.convert_to_numpy(active)))
-        self._deferred_averages = [] if _one_cond_for_all_averages() else None
+        self._deferred_averages = [] if backends.current().averages_under_one_cond() else None
         try:
             super().apply(grads, trainable_variables)
             if self._deferred_averages:

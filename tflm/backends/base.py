@@ -25,6 +25,8 @@ everything that differs between Keras backends:
     written_lstm_backward()        whether the portable LSTM may take `lstm_backward`
     unpadded_check(model)          a runtime check that traced tokens hold no padding, or
                                    None (`LanguageModel.padded_windows`)
+    averages_under_one_cond()      whether `AveragedSGD` updates all its averages under one
+                                   `cond` (else one per variable)
     linear(x, weight, bias)        x weight^T + bias: the output layer's logits
     global_batch_block()           which block of the global batch this replica holds
     fused_lstm(...)                the fused LSTM kernel, or NotImplementedError
@@ -124,6 +126,14 @@ class Backend:
     def written_lstm_backward(self):
         """Whether the portable LSTM loop may be differentiated by `lstm_backward` here."""
         return True
+
+    def averages_under_one_cond(self):
+        """Whether `tflm.optimizers.AveragedSGD` updates every average under one `cond` on
+        "averaging active" after the SGD step, or each in its own `cond` inside
+        `update_step` (the default). JAX keeps a cond per variable: with one cond over all
+        averages its next step failed with "Attempt to donate the same buffer twice"
+        (tests/test_triggers.py)."""
+        return False
 
     def unpadded_check(self, model):
         """A function placing a runtime check, in `model`'s traced train step, that the
