@@ -3,9 +3,10 @@
 Autodiff through a time loop (TensorFlow's while loop, JAX's scan) replays every step's
 ops in reverse one by one, and accumulates dU = sum_t h_{t-1}^T dz_t inside the loop: T
 products of (n x B) by (B x 4n), each reading and writing all of U. Written out, the
-backward loop holds one matmul per step (dz_t U^T) and a few elementwise ops (the gate
-derivatives are computed for the whole window before it), and dU is one (n x T B) by
-(T B x 4n) GEMM after it, as cuDNN's and oneDNN's LSTM backward do.
+backward loop holds one matmul per step (dz_t U^T) and the gate algebra (on TensorFlow
+only its carried part: the gate derivatives are computed for the whole window before the
+loop), and dU is one (n x T B) by (T B x 4n) GEMM after it, as cuDNN's and oneDNN's LSTM
+backward do.
 
 Forward, gate order i, f, c, o as `lstm_kernels.portable_lstm`; p_t = x_t W + b is given,
 m_t is 1 on a real step and 0 on a masked one (which holds the state and outputs zero):
@@ -87,7 +88,7 @@ def _forward(projected, recurrent_kernel, h0, c0, steps, held_output=False):
     """The forward loop: `(z_t, h_t, c_t, y_t)` of every step, z `(batch, time, 4 units)`,
     the others `(batch, time, units)`; y_t is None unless `held_output` (then it differs
     from m h_t). Only the pre-activations z are kept of the gates: the backward pass
-    recomputes the activations for all steps at once, outside its loop."""
+    recomputes the activations from them (see `_backward`)."""
 
     def step(x_t, states):
         h_prev, c_prev = states[0], states[1]
@@ -191,6 +192,7 @@ def _step_factors(z, c, c_prev, units):
 
 # Where the backward loop reads P, f and Q computed before it (see `_backward`).
 _FACTORS_BEFORE_LOOP = {"tensorflow": True}
+
 
 # Keras' loop on JAX repeats the previous *state* h at a masked step (so h_0 before any
 # real step), on TensorFlow the previous *output* (zeros before any real step).
