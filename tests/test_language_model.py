@@ -318,4 +318,3 @@ def test_summary_shows_batch_and_time_dimensions_not_a_dummy_window():
     table = "\n".join(lines).split("Param #")[1].split("Total params")[0]
     assert f"(None, None, {V})" in table
     assert "?" not in table and "(1, 2" not in table
-
