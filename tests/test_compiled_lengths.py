@@ -41,6 +41,21 @@ def test_first_length_compiles_shorter_ones_pad_longer_ones_compile():
     assert policy.choose((8,), 32) == (32, True)  # another batch size: its own programs
 
 
+def test_no_program_is_compiled_shorter_than_shortest():
+    """`shortest`: the first program at a length the later windows fit (zoo.train: bptt +
+    3.5 std of the window rule), a longer window its own."""
+    from tflm.data import covering_length, window_lengths
+    policy = CompiledLengths(shortest=52)
+    assert policy.choose(KEY, 36) == (52, True)
+    policy.compiled(KEY, 52, 4.0)
+    assert policy.choose(KEY, 30) == (52, False)
+    assert policy.choose(KEY, 55) == (55, True)
+    assert covering_length(35) == 53 and covering_length(35, max_len=40) == 40
+    lengths = window_lengths(1_000_000, 35, np.random.default_rng(0))
+    longer = np.mean(np.array(lengths) > covering_length(35))
+    assert 0 < longer < 1e-3, longer  # the normal tail beyond 3.5 std: 2.3e-4
+
+
 def test_a_length_is_compiled_once_its_padding_has_cost_a_compile():
     policy = CompiledLengths()
     policy.compiled(KEY, 40, 1.0)

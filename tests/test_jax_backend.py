@@ -65,9 +65,13 @@ def test_jax_fit_carries_state_evaluates_predicts_and_saves(tmp_path):
 
 @pytest.mark.skipif("jax" not in KERAS_BACKENDS or "tensorflow" not in KERAS_BACKENDS,
                     reason="needs jax and tensorflow")
-def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling(tmp_path):
+@pytest.mark.parametrize("head", ["mos", "softmax"])
+def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling(tmp_path,
+                                                                                 head):
     """The JAX step applies the same update as the TensorFlow step: a window shorter than
-    bptt (T/bptt scaling), clipping active, L2 decay, AR/TAR, two steps (state carried)."""
+    bptt (T/bptt scaling), clipping active, L2 decay, AR/TAR, two steps (state carried).
+    With the softmax head JAX's step computes the targets' log-probabilities alone
+    (`tflm.backends.jax_target_log_probs`), TensorFlow's the full softmax."""
     code = """
         import numpy as np, keras
         from zoo.awd_lstm import AWDLSTM
@@ -75,8 +79,10 @@ def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling
         keras.utils.set_random_seed(0)
         m = AWDLSTM(15, embed_dim=4, hidden_dim=6, num_layers=2, dropout=0, dropout_h=0,
                     dropout_i=0, dropout_e=0, weight_dropout=0, bptt=8, clip_norm=0.05,
-                    weight_decay=0.01, head={"type": "mos", "num_experts": 2})
+                    weight_decay=0.01, head=HEAD)
         m.build()
+        assert m.picks_targets_in_training == (HEAD["type"] == "softmax"
+                                               and keras.backend.backend() == "jax")
         w = np.load("%s/w.npz")
         m.set_weights([w[f"a{i}"] for i in range(len(w.files))])
         m.compile(optimizer=SGD(3.0))
@@ -87,11 +93,13 @@ def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling
         np.savez("%s/out_" + keras.backend.backend() + ".npz", *m.get_weights())
         print(logs[0]["loss"], logs[1]["loss"], logs[0]["grad_norm"])
     """ % (tmp_path, tmp_path)
+    spec = {"type": "mos", "num_experts": 2} if head == "mos" else {"type": "softmax"}
+    code = code.replace("HEAD", repr(spec))
     run_in_backend("tensorflow", f"""
         import numpy as np
         from zoo.awd_lstm import AWDLSTM
         m = AWDLSTM(15, embed_dim=4, hidden_dim=6, num_layers=2, last_dim=4,
-                    head={{"type": "mos", "num_experts": 2}}); m.build()
+                    head={spec!r}); m.build()
         np.savez("{tmp_path}/w.npz", **{{f"a{{i}}": v for i, v in enumerate(m.get_weights())}})
     """)
     tf_out = run_in_backend("tensorflow", code).split()[-3:]

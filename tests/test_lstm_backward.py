@@ -40,20 +40,29 @@ result = {}
 cases = [("none", None, True)] + [(f"{name} {zero}", mask, zero)
                                   for name, mask in list(masks.items())[1:]
                                   for zero in ("zero", "held")]
+# JAX: also the written pass under `jit`, where a masked window's loops run to its traced
+# extent (`tflm.backends.extent_loop`) and skip the positions padded in every row.
+ways = (False, True) + (("jit",) if keras.backend.backend() == "jax" else ())
+if keras.backend.backend() == "jax":
+    from tflm.backends import extent_loop
+    extent_loop.ROWS = 4  # chunks of 2 positions in the projections: several, one partly past
 for name, mask, zero in cases:
     got = {}
-    for written in (False, True):
+    for written in ways:
         def fn(p):
             _, outputs, (h, c) = portable_lstm(cell_of(p[1], p[2]), p[0], [p[4], p[5]], mask,
-                                               p[3], written_backward=written,
+                                               p[3], written_backward=bool(written),
                                                zero_output_for_mask=zero == "zero")
             return [outputs, h, c]
-        values, grads = value_and_vjp(fn, [ops.convert_to_tensor(a) for a in
-                                           (x, W, b, U, h0, c0)],
-                                      [ops.convert_to_tensor(c) for c in cotangents])
+        run = lambda primals, cots: value_and_vjp(fn, primals, cots)
+        if written == "jit":
+            import jax
+            run = jax.jit(run)
+        values, grads = run([ops.convert_to_tensor(a) for a in (x, W, b, U, h0, c0)],
+                            [ops.convert_to_tensor(c) for c in cotangents])
         got[written] = [ops.convert_to_numpy(v) for v in list(values) + list(grads)]
     result[name] = max(float(np.max(np.abs(a - w)) / max(1.0, float(np.max(np.abs(a)))))
-                       for a, w in zip(got[False], got[True]))
+                       for way in ways[1:] for a, w in zip(got[False], got[way]))
 cell = cell_of(W, b)
 result["applies"] = [lstm_backward.applies(cell, True, False, False),
                      lstm_backward.applies(cell, False, False, False),

@@ -195,6 +195,14 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         column 0. False by default."""
         return False
 
+    @property
+    def picks_targets_in_training(self):
+        """Whether the forward pass in training, given the targets, returns only their
+        log-probabilities, `(batch, time, 1)` (where the backend computes them apart from
+        the rest of the vocabulary: `Backend.picks_targets_in_training`); the training loss
+        then reads column 0. False by default."""
+        return False
+
     # Whether training windows may hold `PAD_ID` positions. False: the traced train step
     # assumes none and runs the mask-free LSTM loop, where the backend can check that at
     # run time (`Backend.unpadded_check`: TensorFlow outside XLA; a padded window then
@@ -234,6 +242,8 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         perplexity in the logs, are the sampled objective's)."""
         if training and self.samples_in_training:
             nll = sampled_token_nll(log_probs)
+        elif training and self.picks_targets_in_training:
+            nll = -ops.cast(log_probs[..., 0], "float32")
         else:
             nll = token_nll(y, log_probs)
         if inputs is None:
@@ -358,6 +368,9 @@ class LanguageModel(TokenWindowBuild, keras.Model):
     # longer length compiled already while padding it costs less than compiling it would
     # (`tflm.backends.compiled_lengths`; the model masks the `PAD_ID` positions out).
     pad_to_compiled_lengths = False
+    # With it, the shortest length a training program is compiled at (None: each window's
+    # own): `tflm.backends.compiled_lengths.CompiledLengths(shortest)`.
+    shortest_compiled_length = None
 
     def make_train_function(self, force=False):
         return backends.current().make_train_function(self, super().make_train_function,

@@ -1,7 +1,9 @@
 """What every zoo language model shares: a backbone (embedding + LSTMs) and an output head."""
 
 import keras
+from keras import ops
 
+from tflm import backends
 from tflm.language_model import LanguageModel
 from tflm.layers.head import head_from_config
 from zoo.heads import make_head
@@ -55,7 +57,13 @@ class BackboneHeadModel(LanguageModel):
 
     @property
     def uses_targets(self):
-        return bool(getattr(self.head, "takes_targets", False))
+        return bool(getattr(self.head, "takes_targets", False)) or self.picks_targets_in_training
+
+    @property
+    def picks_targets_in_training(self):
+        return (backends.current().picks_targets_in_training()
+                and not self.head_takes_all_layers
+                and bool(getattr(self.head, "picks_targets", False)))
 
     @property
     def samples_in_training(self):
@@ -76,6 +84,9 @@ class BackboneHeadModel(LanguageModel):
         mask = out.get("padding_mask")
         head_inputs = out["layer_outputs"] if self.head_takes_all_layers \
             else out["sequence_output"]
+        if training and targets is not None and self.picks_targets_in_training:
+            picked = self.head.target_log_probs(head_inputs, targets, mask)
+            return ops.expand_dims(picked, -1)
         kwargs = {}
         if mask is not None and getattr(self.head, "takes_mask", False):
             kwargs["mask"] = mask

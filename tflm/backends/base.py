@@ -22,6 +22,10 @@ everything that differs between Keras backends:
     is_concrete(tensor)            whether the tensor's values are known now
     pick_targets(log_probs, targets)
                                    log_probs[..., targets]: the loss's gather
+    picks_targets_in_training()    whether the train step asks a softmax output layer for
+                                   the targets' log-probabilities alone
+    target_log_probs(h, weight, bias, targets, mask)
+                                   log softmax(h weight^T + bias) at the targets
     written_lstm_backward()        whether the portable LSTM may take `lstm_backward`
     unpadded_check(model)          a runtime check that traced tokens hold no padding, or
                                    None (`LanguageModel.padded_windows`)
@@ -153,6 +157,21 @@ class Backend:
         from keras import ops
         picked = ops.take_along_axis(log_probs, ops.expand_dims(targets, -1), axis=-1)
         return ops.squeeze(picked, -1)
+
+    def picks_targets_in_training(self):
+        """Whether a model whose output layer can (`SoftmaxLayer.picks_targets`) computes
+        only the targets' log-probabilities in its train step (`target_log_probs`), its
+        loss reading them as column 0 (`LanguageModel.picks_targets_in_training`). JAX
+        does: its chunked pick stops at a padded window's last real position."""
+        return False
+
+    def target_log_probs(self, h, weight, bias, targets, mask=None):
+        """log softmax(h weight^T + bias) at `targets`, `(batch, time)` float32; `weight`
+        `(V, d)`, `bias` `(V,)` or None, `mask` `(batch, time)` of the real positions or
+        None (a backend may skip the padded positions: their values are unspecified)."""
+        from keras import ops
+        logits = ops.cast(self.linear(h, weight, bias), "float32")
+        return self.pick_targets(ops.log_softmax(logits, axis=-1), targets)
 
     def global_batch_block(self):
         """`(index, count)`: the calling replica holds rows `[index b, (index + 1) b)` of a

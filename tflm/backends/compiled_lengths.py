@@ -26,6 +26,13 @@ With JAX's persistent compilation cache warm (`zoo.compilation_cache`), a "compi
 tracing the step and loading the program (0.6-0.7 s for the PTB model), C is small, and
 lengths are compiled sooner.
 
+`shortest`: the length the first program is compiled at when the windows are shorter.
+Where a padded position costs little (JAX's softmax output layer and LSTM loops stop at a
+window's last real position: `tflm.backends.jax_target_log_probs`, `extent_loop`),
+compiling once at a length that nearly every window fits (`python -m zoo.train`: bptt +
+3.5 times the window-length rule's standard deviation) saves the second and later
+compiles.
+
 Lengths are kept per shape with the time axis left out (another batch size is another
 program). C is the mean duration of the calls that compiled (tracing and compiling; the
 step itself runs asynchronously after them); s is measured on the second call of a
@@ -44,9 +51,11 @@ import numpy as np
 
 
 class CompiledLengths:
-    """The ski-rental choice of a window length (see the module docstring)."""
+    """The ski-rental choice of a window length (see the module docstring); no program
+    is compiled shorter than `shortest` (a shorter window runs padded to it)."""
 
-    def __init__(self):
+    def __init__(self, shortest=0):
+        self.shortest = int(shortest or 0)
         self._programs = {}  # shape key -> {length: seconds per position or None}
         self._compile_seconds = []
         self._spent = {}  # (shape key, length) -> seconds spent padding it
@@ -63,7 +72,7 @@ class CompiledLengths:
             return length, False
         longer = [other for other in programs if other > length]
         if not longer:
-            return length, True
+            return max(length, self.shortest), True
         target = min(longer)
         per_position = self._seconds_per_position()
         if per_position is None:  # nothing measured yet: this run measures `target`

@@ -20,7 +20,7 @@ import weakref
 import jax
 import keras
 
-from tflm.backends import compiled_lengths, jax_lstm
+from tflm.backends import compiled_lengths, jax_lstm, jax_target_log_probs
 from tflm.backends.base import Backend, states_or_zeros, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 from tflm.backends.jax_streams import JaxStreamState
@@ -79,8 +79,11 @@ class JaxBackend(Backend):
                 or not getattr(model, "pad_to_compiled_lengths", False)
                 or model.steps_per_execution != 1 or model.run_eagerly or not model.jit_compile):
             return
+        shortest = getattr(model, "shortest_compiled_length", None) if attribute == \
+            "train_function" else None
         setattr(model, attribute, compiled_lengths.padding_steps(
-            function, compiled_lengths.CompiledLengths(), jax.block_until_ready, PAD_ID))
+            function, compiled_lengths.CompiledLengths(shortest), jax.block_until_ready,
+            PAD_ID))
 
     def make_stream_state(self, sizes):
         return JaxStreamState(sizes)
@@ -187,6 +190,14 @@ class JaxBackend(Backend):
                                          jax.numpy.asarray(targets, "int32"),
                                          [tuple(p) for p in states])
         return loss, list(grads), new_states
+
+    def picks_targets_in_training(self):
+        return True
+
+    def target_log_probs(self, h, weight, bias, targets, mask=None):
+        """Chunk by chunk up to the window's extent (`tflm.backends.jax_target_log_probs`):
+        no `(batch, time, V)` tensor, no compute for the positions padded in every row."""
+        return jax_target_log_probs.target_log_probs(h, weight, bias, targets, mask)
 
     def is_concrete(self, tensor):
         return not isinstance(tensor, jax.core.Tracer)

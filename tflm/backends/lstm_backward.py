@@ -73,6 +73,17 @@ def lstm_with_backward(projected, recurrent_kernel, initial_state, mask=None,
     return outputs[:, -1], outputs, [h_t, c_t]
 
 
+def project_inputs(sequences, kernel, mask=None):
+    """x W for the window: on JAX, for a masked window, only up to its extent (whole chunks,
+    zero past them: `tflm.backends.extent_loop.extent_matmul`), whose positions the loops
+    never read; elsewhere one matmul."""
+    if mask is None or not _to_extent():
+        return ops.matmul(sequences, kernel)
+    from tflm.backends import extent_loop
+    steps = ops.expand_dims(ops.cast(mask, sequences.dtype), -1)
+    return extent_loop.extent_matmul(sequences, kernel, extent_loop.extent(steps))
+
+
 _DIFFERENTIABLE = {}
 
 
@@ -85,9 +96,10 @@ def _differentiable(function):
 
 
 def _forward(projected, recurrent_kernel, h0, c0, steps, held_output=False):
-    """The forward loop: `(z_t, h_t, c_t, y_t)` of every step, z `(batch, time, 4 units)`,
-    the others `(batch, time, units)`; y_t is None unless `held_output` (then it differs
-    from m h_t). Only the pre-activations z are kept of the gates: the backward pass
+    """The forward loop: `(z_t, h_t, c_t, y_t)` of every step and the final `[h, c]`; z
+    `(batch, time, 4 units)`, the others `(batch, time, units)`; y_t is None unless
+    `held_output` (then it differs from m h_t). On JAX a masked window's loop stops at its
+    extent (`tflm.backends.extent_loop`): z, h and c are zero past it. Only the pre-activations z are kept of the gates: the backward pass
     recomputes the activations from them (see `_backward`)."""
 
     def step(x_t, states):
@@ -109,10 +121,18 @@ def _forward(projected, recurrent_kernel, h0, c0, steps, held_output=False):
     # input's `.shape`, which a window of unknown length (fit's) does not have.
     inputs = projected if steps is None else ops.concatenate([projected, steps], axis=-1)
     initial = [h0, c0] + ([_first_held_output(h0)] if held_output else [])
-    _, saved, _ = compat.rnn_loop(step, inputs, initial, mask=None, go_backwards=False,
-                                  unroll=False, zero_output_for_mask=False,
-                                  return_all_outputs=True)
-    return saved[0], saved[1], saved[2], saved[3] if held_output else None
+    if steps is not None and _to_extent():
+        from tflm.backends import extent_loop
+        saved, final = extent_loop.extent_loop(step, inputs, initial, 0,
+                                               extent_loop.extent(steps))
+        if held_output:  # past the extent every row holds its last output
+            after = _after_extent(steps)
+            saved = saved[:3] + (ops.where(after, ops.expand_dims(final[2], 1), saved[3]),)
+    else:
+        _, saved, final = compat.rnn_loop(step, inputs, initial, mask=None,
+                                          go_backwards=False, unroll=False,
+                                          zero_output_for_mask=False, return_all_outputs=True)
+    return saved[0], saved[1], saved[2], saved[3] if held_output else None, final[:2]
 
 
 def _backward(recurrent_kernel, h0, c0, steps, z_states, h_states, c_states, d_outputs,
@@ -166,13 +186,25 @@ def _backward(recurrent_kernel, h0, c0, steps, z_states, h_states, c_states, d_o
         return dz, new
 
     initial = [d_h, d_c] + ([ops.zeros_like(d_h)] if held_output else [])
-    _, dz_reversed, carry = compat.rnn_loop(
-        step, reversed_inputs, initial, mask=None, go_backwards=False, unroll=False,
-        zero_output_for_mask=False, return_all_outputs=True)
+    if steps is not None and _to_extent():
+        from tflm.backends import extent_loop
+        if held_output:  # the held outputs past the extent pass their gradient back
+            initial[2] = ops.sum(ops.where(_after_extent(steps), d_outputs, 0.0), axis=1)
+        length = reversed_inputs.shape[1]
+        (dz_reversed,), carry = extent_loop.extent_loop(
+            step, reversed_inputs, initial, length - extent_loop.extent(steps), length)
+    else:
+        _, dz_reversed, carry = compat.rnn_loop(
+            step, reversed_inputs, initial, mask=None, go_backwards=False, unroll=False,
+            zero_output_for_mask=False, return_all_outputs=True)
     dz = ops.flip(dz_reversed, axis=1)
     h_prev = ops.concatenate([ops.expand_dims(h0, 1), h_states[:, :-1]], axis=1)
-    d_kernel = ops.matmul(ops.transpose(ops.reshape(h_prev, (-1, units))),
-                          ops.reshape(dz, (-1, 4 * units)))
+    if steps is not None and _to_extent():  # dz is zero past the extent
+        from tflm.backends import extent_loop
+        d_kernel = extent_loop.extent_products(h_prev, dz, extent_loop.extent(steps))
+    else:
+        d_kernel = ops.matmul(ops.transpose(ops.reshape(h_prev, (-1, units))),
+                              ops.reshape(dz, (-1, 4 * units)))
     d_h0 = carry[0]
     if held_output and _HELD_FROM_H0.get(keras.backend.backend(), False):
         d_h0 = d_h0 + carry[2]
@@ -192,6 +224,22 @@ def _step_factors(z, c, c_prev, units):
 
 # Where the backward loop reads P, f and Q computed before it (see `_backward`).
 _FACTORS_BEFORE_LOOP = {"tensorflow": True}
+
+
+# Where the masked loops stop at the window's extent (`tflm.backends.extent_loop`): JAX,
+# whose windows run padded to a length compiled already.
+_EXTENT_LOOP = {"jax": True}
+
+
+def _to_extent():
+    return _EXTENT_LOOP.get(keras.backend.backend(), False)
+
+
+def _after_extent(steps):
+    """`(1, time, 1)` bool: the positions at or past the window's extent."""
+    from tflm.backends import extent_loop
+    positions = ops.arange(steps.shape[1], dtype="int32")
+    return ops.reshape(positions >= extent_loop.extent(steps), (1, -1, 1))
 
 
 # Keras' loop on JAX repeats the previous *state* h at a masked step (so h_0 before any
@@ -214,8 +262,9 @@ def _cotangents(args, upstream, outputs):
 
 
 def _unmasked(projected, recurrent_kernel, h0, c0):
-    z_states, h_states, c_states, _ = _forward(projected, recurrent_kernel, h0, c0, None)
-    outputs = (h_states, h_states[:, -1], c_states[:, -1])
+    z_states, h_states, c_states, _, final = _forward(projected, recurrent_kernel, h0, c0,
+                                                      None)
+    outputs = (h_states, *final)
 
     def grad(*args, upstream=None):
         d_y, d_h, d_c = _cotangents(args, upstream, outputs)
@@ -226,9 +275,9 @@ def _unmasked(projected, recurrent_kernel, h0, c0):
 
 
 def _masked(projected, recurrent_kernel, h0, c0, steps, held_output):
-    z_states, h_states, c_states, y = _forward(projected, recurrent_kernel, h0, c0, steps,
-                                               held_output)
-    outputs = (y if held_output else steps * h_states, h_states[:, -1], c_states[:, -1])
+    z_states, h_states, c_states, y, final = _forward(projected, recurrent_kernel, h0, c0,
+                                                      steps, held_output)
+    outputs = (y if held_output else steps * h_states, *final)
 
     def grad(*args, upstream=None):
         d_y, d_h, d_c = _cotangents(args, upstream, outputs)

@@ -85,11 +85,15 @@ def portable_lstm(cell, sequences, initial_state, mask, recurrent_kernel, *,
     through autodiff of the loop."""
     kernel = ops.cast(cell.kernel, sequences.dtype)
     recurrent_kernel = ops.cast(recurrent_kernel, sequences.dtype)
-    projected = ops.matmul(sequences, kernel)
+    written = written_backward and lstm_backward.applies(cell, return_sequences,
+                                                         go_backwards, unroll)
+    if written:
+        projected = lstm_backward.project_inputs(sequences, kernel, mask)
+    else:
+        projected = ops.matmul(sequences, kernel)
     if cell.bias is not None:
         projected = projected + ops.cast(cell.bias, sequences.dtype)
-    if written_backward and lstm_backward.applies(cell, return_sequences, go_backwards,
-                                                  unroll):
+    if written:
         return lstm_backward.lstm_with_backward(projected, recurrent_kernel, initial_state,
                                                 mask, zero_output_for_mask)
 

@@ -13,6 +13,7 @@ from tflm.data import download, lm1b, synthetic, zipf  # noqa: F401
 from tflm.data.batching import (  # noqa: F401
     PAD_ID,
     batchify,
+    covering_length,
     default_pad_to_multiple,
     eval_window_lengths,
     lm_dataset,

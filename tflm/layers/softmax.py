@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from tflm import backends
+from tflm.layers.embedding import TiedEmbedding
 from tflm.layers.head import LogProbHead
 
 
@@ -47,6 +49,31 @@ class SoftmaxLayer(LogProbHead):
     def build(self, input_shape):
         self.build_projection(input_shape[-1])
         self.built = True
+
+    @property
+    def picks_targets(self):
+        """Whether `target_log_probs` computes this layer's training objective: the plain
+        softmax (no AdvSoft, no sampling) over a `TiedEmbedding` or a full untied kernel."""
+        plain_tie = not self.tied or type(self.embedding) is TiedEmbedding
+        return (not self.adversarial_alpha and self.num_samples is None and plain_tie
+                and getattr(self, "factorized", None) is None)
+
+    def target_log_probs(self, h, targets, mask=None):
+        """log P(y | c) of the `(batch, time)` int `targets` alone, float32 `(batch, time)`
+        (`Backend.target_log_probs`; `mask`: the real positions, or None). Needs
+        `picks_targets`."""
+        if not self.picks_targets:
+            raise ValueError(f"{self.name}: target_log_probs needs the plain softmax over a "
+                             "plain projection (no AdvSoft, sampling or factorization).")
+        if not self.built:
+            self.build(tuple(h.shape))
+        if self.tied:
+            weight, bias = self.embedding.embeddings, self.embedding.output_bias
+        else:
+            weight, bias = ops.transpose(ops.convert_to_tensor(self.kernel)), self.bias
+        bias = None if bias is None else ops.convert_to_tensor(bias)
+        return backends.current().target_log_probs(h, ops.convert_to_tensor(weight), bias,
+                                                   targets, mask)
 
     def call(self, h, training=False, targets=None):
         if self.sampling(training, targets):
