@@ -64,3 +64,26 @@ def test_target_log_probs_and_gradients_against_numpy():
     assert set(result) == {"unpadded", "trailing", "ragged", "all padded"}
     for name, error in result.items():
         assert error < 1e-5, (name, error)
+
+
+def test_softmax_layer_target_log_probs_equal_its_log_probs_picked():
+    """`SoftmaxLayer.target_log_probs` on the backend in use, tied and untied, against the
+    layer's own log-probabilities at the targets; heads it does not compute refuse."""
+    import numpy as np
+    from keras import ops
+    from tflm.layers import SoftmaxLayer, TiedEmbedding
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(2, 5, 4)).astype("float32")
+    y = rng.integers(0, 9, (2, 5)).astype("int32")
+    for head in (SoftmaxLayer(embedding=TiedEmbedding(9, 4)), SoftmaxLayer(vocab_size=9)):
+        assert head.picks_targets
+        full = ops.convert_to_numpy(head(h))
+        picked = ops.convert_to_numpy(head.target_log_probs(h, y))
+        np.testing.assert_allclose(picked, np.take_along_axis(full, y[..., None], -1)[..., 0],
+                                   rtol=1e-5, atol=1e-6)
+    for head in (SoftmaxLayer(vocab_size=9, adversarial_alpha=0.005),
+                 SoftmaxLayer(vocab_size=9, num_samples=3), SoftmaxLayer(vocab_size=9,
+                                                                         output_rank=2)):
+        assert not head.picks_targets
+        with pytest.raises(ValueError, match="plain softmax"):
+            head.target_log_probs(h, y)

@@ -99,8 +99,9 @@ def _forward(projected, recurrent_kernel, h0, c0, steps, held_output=False):
     """The forward loop: `(z_t, h_t, c_t, y_t)` of every step and the final `[h, c]`; z
     `(batch, time, 4 units)`, the others `(batch, time, units)`; y_t is None unless
     `held_output` (then it differs from m h_t). On JAX a masked window's loop stops at its
-    extent (`tflm.backends.extent_loop`): z, h and c are zero past it. Only the pre-activations z are kept of the gates: the backward pass
-    recomputes the activations from them (see `_backward`)."""
+    extent (`tflm.backends.extent_loop`): z, h and c are zero past it. Only the
+    pre-activations z are kept of the gates: the backward pass recomputes the activations
+    from them (see `_backward`)."""
 
     def step(x_t, states):
         h_prev, c_prev = states[0], states[1]

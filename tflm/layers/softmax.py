@@ -56,7 +56,7 @@ class SoftmaxLayer(LogProbHead):
         softmax (no AdvSoft, no sampling) over a `TiedEmbedding` or a full untied kernel."""
         plain_tie = not self.tied or type(self.embedding) is TiedEmbedding
         return (not self.adversarial_alpha and self.num_samples is None and plain_tie
-                and getattr(self, "factorized", None) is None)
+                and self.output_rank is None)
 
     def target_log_probs(self, h, targets, mask=None):
         """log P(y | c) of the `(batch, time)` int `targets` alone, float32 `(batch, time)`
