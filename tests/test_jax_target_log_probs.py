@@ -12,7 +12,7 @@ CHECK = r"""
 import json
 import numpy as np
 import jax, jax.numpy as jnp
-from tflm.backends import jax_target_log_probs as picks
+from tflm.backends import extent_loop, jax_target_log_probs as picks
 
 def reference(h, W, b, y, g):
     logits = h @ W.T + (0 if b is None else b)
@@ -27,13 +27,15 @@ rng = np.random.default_rng(3)
 V, d = 37, 6
 result = {}
 # (batch, time, real lengths per row or None, bias): chunks of ROWS / batch positions that
-# do not divide the window, rows of different lengths, a window that is all padding
-picks.ROWS = 8
+# do not divide the window (the last one overlaps), rows of different lengths, a window
+# that is all padding, one shorter than a chunk
+extent_loop.ROWS = 8
 for name, (B, T, lengths, with_bias) in {
         "unpadded": (3, 7, None, True),
         "trailing": (2, 11, [6, 3], True),
         "ragged": (3, 9, [9, 2, 5], False),
-        "all padded": (2, 5, [0, 0], True)}.items():
+        "all padded": (2, 5, [0, 0], True),
+        "under a chunk": (2, 9, [3, 1], True)}.items():
     h = rng.normal(size=(B, T, d))
     W = rng.normal(size=(V, d))
     b = rng.normal(size=V) if with_bias else None
@@ -61,7 +63,7 @@ print(json.dumps(result))
 
 def test_target_log_probs_and_gradients_against_numpy():
     result = json.loads(run_in_backend("jax", CHECK).strip().splitlines()[-1])
-    assert set(result) == {"unpadded", "trailing", "ragged", "all padded"}
+    assert set(result) == {"unpadded", "trailing", "ragged", "all padded", "under a chunk"}
     for name, error in result.items():
         assert error < 1e-5, (name, error)
 

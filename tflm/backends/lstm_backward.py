@@ -118,18 +118,18 @@ def _forward(projected, recurrent_kernel, h0, c0, steps, held_output=False):
             new.append(m * h + (1.0 - m) * states[2])
         return (z, *new), new
 
-    # One input tensor: Keras' TensorFlow loop reads the window length from a nested
-    # input's `.shape`, which a window of unknown length (fit's) does not have.
-    inputs = projected if steps is None else ops.concatenate([projected, steps], axis=-1)
     initial = [h0, c0] + ([_first_held_output(h0)] if held_output else [])
     if steps is not None and _to_extent():
         from tflm.backends import extent_loop
-        saved, final = extent_loop.extent_loop(step, inputs, initial, 0,
+        saved, final = extent_loop.extent_loop(step, [projected, steps], initial, 0,
                                                extent_loop.extent(steps))
         if held_output:  # past the extent every row holds its last output
             after = _after_extent(steps)
             saved = saved[:3] + (ops.where(after, ops.expand_dims(final[2], 1), saved[3]),)
     else:
+        # One input tensor: Keras' TensorFlow loop reads the window length from a nested
+        # input's `.shape`, which a window of unknown length (fit's) does not have.
+        inputs = projected if steps is None else ops.concatenate([projected, steps], axis=-1)
         _, saved, final = compat.rnn_loop(step, inputs, initial, mask=None,
                                           go_backwards=False, unroll=False,
                                           zero_output_for_mask=False, return_all_outputs=True)
@@ -162,7 +162,6 @@ def _backward(recurrent_kernel, h0, c0, steps, z_states, h_states, c_states, d_o
     u_t = ops.transpose(recurrent_kernel)
     if steps is not None:
         parts.append(steps)
-    reversed_inputs = ops.flip(ops.concatenate(parts, axis=-1), axis=1)
 
     def step(x_t, carry):
         dh, dc = carry[0], carry[1]
@@ -191,14 +190,14 @@ def _backward(recurrent_kernel, h0, c0, steps, z_states, h_states, c_states, d_o
         from tflm.backends import extent_loop
         if held_output:  # the held outputs past the extent pass their gradient back
             initial[2] = ops.sum(ops.where(_after_extent(steps), d_outputs, 0.0), axis=1)
-        length = reversed_inputs.shape[1]
-        (dz_reversed,), carry = extent_loop.extent_loop(
-            step, reversed_inputs, initial, length - extent_loop.extent(steps), length)
+        (dz,), carry = extent_loop.extent_loop(step, parts, initial, 0,
+                                               extent_loop.extent(steps), reverse=True)
     else:
+        reversed_inputs = ops.flip(ops.concatenate(parts, axis=-1), axis=1)
         _, dz_reversed, carry = compat.rnn_loop(
             step, reversed_inputs, initial, mask=None, go_backwards=False, unroll=False,
             zero_output_for_mask=False, return_all_outputs=True)
-    dz = ops.flip(dz_reversed, axis=1)
+        dz = ops.flip(dz_reversed, axis=1)
     h_prev = ops.concatenate([ops.expand_dims(h0, 1), h_states[:, :-1]], axis=1)
     if steps is not None and _to_extent():  # dz is zero past the extent
         from tflm.backends import extent_loop
