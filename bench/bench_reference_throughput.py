@@ -186,7 +186,8 @@ def report(args, rows, words, load_start, load_end, minutes):
              f"Command: `python bench/bench_reference_throughput.py --reference "
              f"AWD_LSTM_LM_CHECKOUT --backends {' '.join(args.backends)} --threads "
              f"{' '.join(map(str, args.threads))} --repeats {args.repeats} --train-tokens "
-             f"{args.train_tokens}` (the reference at commit "
+             f"{args.train_tokens}{' --warm-jax-cache' if args.warm_jax_cache else ''}` "
+             f"(the reference at commit "
              f"{args.reference_commit or 'unknown'}, run from its own checkout).", "",
              f"One epoch on the first {args.train_tokens:,} PTB training tokens "
              f"({words:,} target tokens a pass at batch {BATCH}), validation at batch 10, test "

@@ -42,14 +42,20 @@ def test_first_length_compiles_shorter_ones_pad_longer_ones_compile():
 
 
 def test_no_program_is_compiled_shorter_than_shortest():
-    """`shortest`: the first program at a length the later windows fit (zoo.train: bptt +
-    3.5 std of the window rule), a longer window its own."""
+    """`shortest`: one program at a length the later windows fit (zoo.train: bptt + 3.5 std
+    of the window rule), a longer window its own; no timing enters the choice."""
     from tflm.data import covering_length, window_lengths
     policy = CompiledLengths(shortest=52)
     assert policy.choose(KEY, 36) == (52, True)
     policy.compiled(KEY, 52, 4.0)
     assert policy.choose(KEY, 30) == (52, False)
     assert policy.choose(KEY, 55) == (55, True)
+    policy.compiled(KEY, 55, 4.0)
+    assert policy.choose(KEY, 54) == (54, True)  # its own length, not padded to 55
+    # whatever the measured times: the same windows pad the same way (cold or warm cache)
+    policy.measured(KEY, 52, 0.01)
+    for _ in range(100):
+        assert policy.choose(KEY, 40) == (52, False)
     assert covering_length(35) == 53 and covering_length(35, max_len=40) == 40
     lengths = window_lengths(1_000_000, 35, np.random.default_rng(0))
     longer = np.mean(np.array(lengths) > covering_length(35))
