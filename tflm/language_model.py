@@ -368,8 +368,9 @@ class LanguageModel(TokenWindowBuild, keras.Model):
     # longer length compiled already while padding it costs less than compiling it would
     # (`tflm.backends.compiled_lengths`; the model masks the `PAD_ID` positions out).
     pad_to_compiled_lengths = False
-    # With it, the shortest length a training program is compiled at (None: each window's
-    # own): `tflm.backends.compiled_lengths.CompiledLengths(shortest)`.
+    # With it, the one length every training window no longer than this runs at (longer
+    # ones at their own; None: the ski-rental rule):
+    # `tflm.backends.compiled_lengths.CompiledLengths(shortest)`.
     shortest_compiled_length = None
 
     def make_train_function(self, force=False):

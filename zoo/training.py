@@ -235,8 +235,8 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     # Unpadded training windows (TensorFlow's and PyTorch's default): the traced train step
     # runs the mask-free LSTM loop, checked at run time where the backend can
     model.padded_windows = pad > 1 or (pad_to_compiled and keras.backend.backend() == "jax")
-    # JAX: the first training program at a length nearly every random window fits, so one
-    # compile serves the run (a padded position costs little there: compiled_lengths)
+    # JAX: one training program at a length nearly every random window fits serves the run
+    # (a padded position costs little there; the choice uses no timing: compiled_lengths)
     if pad_to_compiled and not training.get("fixed_windows", False):
         model.shortest_compiled_length = data.padded_length(
             data.covering_length(bptt, max_len=max_len), pad)
