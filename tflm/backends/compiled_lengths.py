@@ -97,8 +97,9 @@ class CompiledLengths:
         self._compile_seconds.append(float(seconds))
 
     def needs_measuring(self, key, length):
-        """Whether the next step at `length` should be timed (compiled, not yet timed)."""
-        return self._programs.get(key, {}).get(length, 0.0) is None
+        """Whether the next step at `length` should be timed (compiled, not yet timed;
+        never with `shortest`, whose rule reads no time: no wait on the device for it)."""
+        return not self.shortest and self._programs.get(key, {}).get(length, 0.0) is None
 
     def measured(self, key, length, seconds):
         """Record one step at `length` that took `seconds`."""

@@ -119,12 +119,12 @@ def _forward(projected, recurrent_kernel, h0, c0, steps, held_output=False):
         return (z, *new), new
 
     initial = [h0, c0] + ([_first_held_output(h0)] if held_output else [])
-    if steps is not None and _to_extent():
+    n = _window_extent(steps)
+    if n is not None:
         from tflm.backends import extent_loop
-        saved, final = extent_loop.extent_loop(step, [projected, steps], initial, 0,
-                                               extent_loop.extent(steps))
+        saved, final = extent_loop.extent_loop(step, [projected, steps], initial, 0, n)
         if held_output:  # past the extent every row holds its last output
-            after = _after_extent(steps)
+            after = _after_extent(n, steps.shape[1])
             saved = saved[:3] + (ops.where(after, ops.expand_dims(final[2], 1), saved[3]),)
     else:
         # One input tensor: Keras' TensorFlow loop reads the window length from a nested
@@ -186,12 +186,13 @@ def _backward(recurrent_kernel, h0, c0, steps, z_states, h_states, c_states, d_o
         return dz, new
 
     initial = [d_h, d_c] + ([ops.zeros_like(d_h)] if held_output else [])
-    if steps is not None and _to_extent():
+    n = _window_extent(steps)
+    if n is not None:
         from tflm.backends import extent_loop
         if held_output:  # the held outputs past the extent pass their gradient back
-            initial[2] = ops.sum(ops.where(_after_extent(steps), d_outputs, 0.0), axis=1)
-        (dz,), carry = extent_loop.extent_loop(step, parts, initial, 0,
-                                               extent_loop.extent(steps), reverse=True)
+            after = _after_extent(n, steps.shape[1])
+            initial[2] = ops.sum(ops.where(after, d_outputs, 0.0), axis=1)
+        (dz,), carry = extent_loop.extent_loop(step, parts, initial, 0, n, reverse=True)
     else:
         reversed_inputs = ops.flip(ops.concatenate(parts, axis=-1), axis=1)
         _, dz_reversed, carry = compat.rnn_loop(
@@ -199,9 +200,8 @@ def _backward(recurrent_kernel, h0, c0, steps, z_states, h_states, c_states, d_o
             zero_output_for_mask=False, return_all_outputs=True)
         dz = ops.flip(dz_reversed, axis=1)
     h_prev = ops.concatenate([ops.expand_dims(h0, 1), h_states[:, :-1]], axis=1)
-    if steps is not None and _to_extent():  # dz is zero past the extent
-        from tflm.backends import extent_loop
-        d_kernel = extent_loop.extent_products(h_prev, dz, extent_loop.extent(steps))
+    if n is not None:  # dz is zero past the extent
+        d_kernel = extent_loop.extent_products(h_prev, dz, n)
     else:
         d_kernel = ops.matmul(ops.transpose(ops.reshape(h_prev, (-1, units))),
                               ops.reshape(dz, (-1, 4 * units)))
@@ -235,11 +235,18 @@ def _to_extent():
     return _EXTENT_LOOP.get(keras.backend.backend(), False)
 
 
-def _after_extent(steps):
-    """`(1, time, 1)` bool: the positions at or past the window's extent."""
+def _window_extent(steps):
+    """The traced extent of a masked window where the loops stop there, else None."""
+    if steps is None or not _to_extent():
+        return None
     from tflm.backends import extent_loop
-    positions = ops.arange(steps.shape[1], dtype="int32")
-    return ops.reshape(positions >= extent_loop.extent(steps), (1, -1, 1))
+    return extent_loop.extent(steps)
+
+
+def _after_extent(extent, length):
+    """`(1, time, 1)` bool: the positions at or past the window's `extent`."""
+    positions = ops.arange(length, dtype="int32")
+    return ops.reshape(positions >= extent, (1, -1, 1))
 
 
 # Keras' loop on JAX repeats the previous *state* h at a masked step (so h_0 before any
