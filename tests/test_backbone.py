@@ -90,3 +90,98 @@ def test_build_creates_every_weight_from_shapes_without_a_forward_pass(kind, mon
     assert [v.path for v in built.weights] == [v.path for v in called.weights]
     for a, b in zip(built.weights, called.weights):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _recording_draws(monkeypatch):
+    """Wrap the backbone's `draw_uniforms`: every draw's uniforms, by layer name."""
+    from zoo import backbone as backbone_module
+    drawn, real = [], backbone_module.draw_uniforms
+
+    def record(requests, seed):
+        out = real(requests, seed)
+        drawn.append(out)
+        return out
+    monkeypatch.setattr(backbone_module, "draw_uniforms", record)
+    return drawn
+
+
+def test_training_window_draws_every_mask_at_once_and_applies_each(monkeypatch):
+    """One `keras.random.uniform` call per training window gives every mask (a JAX train
+    step then holds one threefry loop, not eight); each layer applies its own part."""
+    import keras
+    from keras import ops
+    from tflm.layers.dropout import keep_mask
+
+    backbone = AWDLSTMBackbone(20, embed_dim=6, hidden_dim=10, num_layers=3, dropout=0.4,
+                               dropout_h=0.3, dropout_i=0.5, dropout_e=0.2,
+                               weight_dropout=0.5, seed=0)
+    x = _tokens((4, 7))
+    backbone(x, training=False)
+    shapes, real = [], keras.random.uniform
+    monkeypatch.setattr(keras.random, "uniform",
+                        lambda shape, *a, **k: shapes.append(tuple(shape)) or real(shape, *a, **k))
+    drawn = _recording_draws(monkeypatch)
+    backbone(x, training=False)
+    assert shapes == [] and drawn == []
+    out = backbone(x, training=True)
+    sizes = 20 + 4 * 6 + 10 * 40 * 2 + 6 * 24 + 4 * 10 * 2 + 4 * 6
+    assert shapes == [(sizes,)]
+    u_e, u_i, u_w0, u_h0, u_w1, u_h1, u_w2, u_o = [np.asarray(u) for u in drawn[0]]
+    assert u_e.shape == (20, 1) and u_i.shape == (4, 1, 6) and u_w1.shape == (10, 40)
+    assert u_h1.shape == (4, 1, 10) and u_o.shape == (4, 1, 6) and u_w2.shape == (6, 24)
+    # the locked dropouts: raw output times its (batch, 1, width) mask
+    raw = [np.asarray(r) for r in out["raw_layer_outputs"]]
+    for dropped, r, u, rate in zip(out["layer_outputs"], raw, (u_h0, u_h1, u_o),
+                                   (0.3, 0.3, 0.4)):
+        np.testing.assert_allclose(np.asarray(dropped),
+                                   r * np.asarray(keep_mask(u, rate, "float32")), atol=1e-6)
+    # the embedding's row mask and the input dropout, then the first LSTM with U dropped
+    embedded = np.asarray(backbone.embedding(x)) * np.asarray(
+        keep_mask(u_e, 0.2, "float32"))[x] * np.asarray(keep_mask(u_i, 0.5, "float32"))
+    lstm = backbone.lstms[0]
+    kernel = lstm.cell.recurrent_kernel
+    undropped = np.asarray(kernel)
+    kernel.assign(undropped * np.asarray(keep_mask(u_w0, 0.5, "float32")))
+    try:
+        expected = np.asarray(lstm(ops.convert_to_tensor(embedded), training=False)[0])
+    finally:
+        kernel.assign(undropped)
+    np.testing.assert_allclose(raw[0], expected, atol=1e-5)
+    # a fresh draw every window
+    backbone(x, training=True)
+    assert not np.allclose(np.asarray(drawn[1][0]), u_e)
+
+
+def test_one_draw_masks_keep_their_rates_independently(monkeypatch):
+    """The parts of the one draw are independent uniforms: each mask keeps 1 - p of its
+    entries, and two parts of equal size are uncorrelated (sd of a keep rate at most 0.005
+    for 4,000 entries; of the correlation of 16,384 pairs 0.008)."""
+    backbone = AWDLSTMBackbone(4000, embed_dim=64, hidden_dim=64, num_layers=2,
+                               dropout=0.4, dropout_h=0.25, dropout_i=0.4, dropout_e=0.1,
+                               weight_dropout=0.5, seed=3)
+    drawn = _recording_draws(monkeypatch)
+    backbone(_tokens((256, 2)), training=True)
+    u_e, u_i, u_w0, u_h0, u_w1, u_o = [np.asarray(u).ravel() for u in drawn[0]]
+    for u, rate in ((u_e, 0.1), (u_i, 0.4), (u_w0, 0.5), (u_h0, 0.25), (u_w1, 0.5),
+                    (u_o, 0.4)):
+        assert 0.0 <= u.min() and u.max() < 1.0
+        assert abs(np.mean(u < 1.0 - rate) - (1.0 - rate)) < 0.02
+    assert abs(np.corrcoef(u_w0, u_w1)[0, 1]) < 0.04
+    assert abs(np.corrcoef(u_i, u_h0)[0, 1]) < 0.04
+
+
+def test_draw_uniforms_cuts_one_draw_and_keeps_this_replicas_streams(monkeypatch):
+    """Under a strategy (replica 1 of 2 here), a per-stream part is this replica's rows of
+    the global batch's uniforms, a shared part the same uniforms on every replica: exactly
+    the elements of the one flat draw."""
+    import keras
+    from tflm import backends
+    from tflm.layers.dropout import draw_uniforms
+
+    monkeypatch.setattr(type(backends.current()), "global_batch_block", lambda self: (1, 2))
+    per_stream, shared = draw_uniforms([((2, 1, 3), True), ((4, 5), False)],
+                                       keras.random.SeedGenerator(7))
+    flat = np.asarray(keras.random.uniform((2 * 2 * 3 + 20,),
+                                           seed=keras.random.SeedGenerator(7)))
+    np.testing.assert_array_equal(np.asarray(per_stream), flat[:12].reshape(4, 1, 3)[2:])
+    np.testing.assert_array_equal(np.asarray(shared), flat[12:].reshape(4, 5))

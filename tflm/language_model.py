@@ -7,6 +7,7 @@ from keras import ops
 
 from tflm import backends
 from tflm.batch_size import batch_size_of, leading_dim
+from tflm import compat
 from tflm.compat import TokenWindowBuild
 from tflm.losses import sampled_token_nll, token_nll
 from tflm.metrics import Perplexity, TokenMeanNLL
@@ -221,7 +222,10 @@ class LanguageModel(TokenWindowBuild, keras.Model):
     def _call(self, tokens, training, targets):
         extra = {"targets": targets} if (targets is not None and training
                                           and self.uses_targets) else {}
-        if not (self.carry_state and self._carrying):
+        # A shapes-only trace neither reads nor writes the carried state: Keras' symbolic
+        # build in fit / evaluate runs the model eagerly on dummy tokens on PyTorch, and the
+        # state it left made the first window of every pass start from it.
+        if not (self.carry_state and self._carrying) or compat.in_symbolic_scope():
             log_probs, _ = self.forward_with_state(tokens, None, training=training, **extra)
             return log_probs
         store = self.stream_state(training)
