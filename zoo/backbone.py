@@ -5,7 +5,6 @@ from keras import ops
 
 from tflm.layers import (EmbeddingDropout, EmbeddingNoise, LockedDropout, SpectralEmbedding,
                          TiedEmbedding, WeightDropLSTM)
-from tflm.layers.dropout import draw_uniforms
 from tflm.regularizers import CosineSimilarityRegularizer
 from tflm.padding import padding_mask, without_padding
 
@@ -31,11 +30,6 @@ class AWDLSTMBackbone(keras.layers.Layer):
         "padding_mask"         `(batch, time)` bool of real positions; only when the tokens
                                hold `tflm.data.PAD_ID` (the LSTMs hold their state through
                                padding; see `tflm.padding`)
-
-    In training, one draw gives the uniforms of every mask of the window (`_mask_uniforms`,
-    `tflm.layers.dropout.draw_uniforms`): on JAX each draw is a threefry loop of its own in
-    the compiled step, and one draw instead of eight took 0.45 s off the first step of the
-    200 / 400 x 3 PTB model on the 2-core CPU of bench/RESULTS.md.
 
     In evaluation mode (`training=False`) no dropout applies, so the layer outputs are the
     hidden states dynamic evaluation, the cache pointer and context-conditioned heads need.
@@ -156,52 +150,25 @@ class AWDLSTMBackbone(keras.layers.Layer):
             features = units
         self.built = True
 
-    def _mask_uniforms(self, batch):
-        """The uniforms of every dropout mask of one training window, by layer name, from
-        one draw (`tflm.layers.dropout.draw_uniforms`; its seed: the embedding dropout's
-        generator): the embedding's rows `(V, 1)` and each LSTM's recurrent kernel, shared
-        by the batch; the locked dropouts' `(batch, 1, width)`, per stream. Layers whose
-        rate is 0 draw nothing."""
-        requests = {}
-        if self.dropout_e:
-            requests[self.embedding_dropout.name] = ((self.vocab_size, 1), False)
-        if self.dropout_i:
-            requests[self.input_dropout.name] = ((batch, 1, self.embed_dim), True)
-        for i, (lstm, units) in enumerate(zip(self.lstms, self.layer_sizes())):
-            if self.weight_dropout:
-                requests[lstm.name] = ((units, 4 * units), False)
-            dropout = (self.hidden_dropouts[i] if i < self.num_layers - 1
-                       else self.output_dropout)
-            if dropout.rate:
-                requests[dropout.name] = ((batch, 1, units), True)
-        if not requests:
-            return {}
-        drawn = draw_uniforms(list(requests.values()), self.embedding_dropout.seed_generator)
-        return dict(zip(requests, drawn))
-
     def call(self, tokens, states=None, training=False):
         tokens = ops.cast(tokens, "int32")
         mask = padding_mask(tokens)
         if mask is not None:
             tokens = without_padding(tokens)
-        uniforms = self._mask_uniforms(ops.shape(tokens)[0]) if training else {}
         x = self.embedding(tokens)
-        x = self.embedding_dropout(tokens, x, training=training,
-                                   uniform=uniforms.get(self.embedding_dropout.name))
+        x = self.embedding_dropout(tokens, x, training=training)
         if self.noise is not None:
             x = self.noise(x, training=training)
-        x = self.input_dropout(x, training=training,
-                               uniform=uniforms.get(self.input_dropout.name))
+        x = self.input_dropout(x, training=training)
         new_states, layer_outputs, raw_outputs = [], [], []
         for i, lstm in enumerate(self.lstms):
             initial = None if states is None else list(states[i])
-            raw, h, c = lstm(x, initial_state=initial, mask=mask, training=training,
-                             recurrent_kernel_uniform=uniforms.get(lstm.name))
+            raw, h, c = lstm(x, initial_state=initial, mask=mask, training=training)
             new_states.append((h, c))
             raw_outputs.append(raw)
             dropout = (self.hidden_dropouts[i] if i < self.num_layers - 1
                        else self.output_dropout)
-            x = dropout(raw, training=training, uniform=uniforms.get(dropout.name))
+            x = dropout(raw, training=training)
             layer_outputs.append(x)
         out = {"sequence_output": x, "layer_outputs": layer_outputs,
                "raw_layer_outputs": raw_outputs, "states": new_states}

@@ -42,48 +42,6 @@ def _per_stream(draw, shape):
     return ops.slice(full, (block * rows,) + (0,) * (len(shape) - 1), shape)
 
 
-def keep_mask(uniform, rate, dtype):
-    """Inverted dropout's mask from uniforms u in [0, 1): 1 / (1 - p) where u < 1 - p, else 0."""
-    keep = 1.0 - rate
-    return ops.cast(uniform < keep, dtype) / ops.cast(keep, dtype)
-
-
-def draw_uniforms(requests, seed):
-    """Uniforms in [0, 1) for several masks from one `keras.random.uniform` draw.
-
-    `requests` is a list of `(shape, per_stream)`; returns one tensor of each `shape`, in
-    order. A per-stream request gets this replica's rows of the global batch's uniforms (as
-    `per_stream_uniform`), a shared one the same uniforms on every replica. The masks are
-    independent (disjoint elements of one draw), as separate draws are; one draw instead
-    of several matters to JAX, where every draw site is its own threefry loop in the
-    compiled step (eight sites took about 0.6 s more of XLA's compile than one on the
-    2-core CPU of bench/RESULTS.md).
-    """
-    block, blocks = backends.current().global_batch_block()
-    drawn, sizes = [], []
-    for shape, per_stream in requests:
-        shape = tuple(shape)
-        if per_stream and blocks > 1:
-            shape = (blocks * shape[0],) + shape[1:]
-        drawn.append(shape)
-        size = 1
-        for dim in shape:
-            size = size * dim
-        sizes.append(size)
-    total = sizes[0]
-    for size in sizes[1:]:
-        total = total + size
-    flat = keras.random.uniform((total,), seed=seed)
-    out, offset = [], 0
-    for (shape, per_stream), full, size in zip(requests, drawn, sizes):
-        piece = ops.reshape(ops.slice(flat, (offset,), (size,)), full)
-        if per_stream and blocks > 1:
-            piece = ops.slice(piece, (block * shape[0],) + (0,) * (len(full) - 1), tuple(shape))
-        out.append(piece)
-        offset = offset + size
-    return out
-
-
 def per_stream_uniform(shape, seed):
     """`keras.random.uniform(shape, seed=seed)` for a batch-major `shape` whose rows are this
     replica's streams: under a `tf.distribute` strategy, the rows of the global batch's draw
@@ -113,15 +71,14 @@ class _StreamMaskDropout(keras.layers.Layer):
     def mask_shape(self, shape):
         raise NotImplementedError
 
-    def call(self, x, training=False, uniform=None):
-        """`uniform`: this call's uniforms, of `mask_shape(x.shape)`, drawn by the caller
-        (`draw_uniforms`); None draws them here."""
+    def call(self, x, training=False):
         if not training or self.rate == 0.0:
             return x
-        if uniform is None:
-            uniform = per_stream_uniform(self.mask_shape(tuple(ops.shape(x))),
-                                         self.seed_generator)
-        return x * keep_mask(uniform, self.rate, x.dtype)
+        keep = 1.0 - self.rate
+        mask_shape = self.mask_shape(tuple(ops.shape(x)))
+        mask = ops.cast(per_stream_uniform(mask_shape, self.seed_generator) < keep,
+                        x.dtype) / ops.cast(keep, x.dtype)
+        return x * mask
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -218,17 +175,16 @@ class EmbeddingDropout(keras.layers.Layer):
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
 
-    def row_mask(self, uniform=None):
-        """A `(V, 1)` mask of 0 and 1/(1-p) entries for one forward call, from `uniform`
-        `(V, 1)` when given (`draw_uniforms`), else from a draw of its own."""
-        if uniform is None:
-            uniform = keras.random.uniform((self.vocab_size, 1), seed=self.seed_generator)
-        return keep_mask(uniform, self.rate, "float32")
+    def row_mask(self):
+        """A `(V, 1)` mask of 0 and 1/(1-p) entries for one forward call."""
+        keep = 1.0 - self.rate
+        kept = keras.random.uniform((self.vocab_size, 1), seed=self.seed_generator) < keep
+        return ops.cast(kept, "float32") / keep
 
-    def call(self, ids, embedded, training=False, uniform=None):
+    def call(self, ids, embedded, training=False):
         if not training or self.rate == 0.0:
             return embedded
-        per_token = ops.take(self.row_mask(uniform), ops.cast(ids, "int32"), axis=0)
+        per_token = ops.take(self.row_mask(), ops.cast(ids, "int32"), axis=0)
         return embedded * ops.cast(per_token, embedded.dtype)
 
     def get_config(self):

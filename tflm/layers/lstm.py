@@ -4,7 +4,6 @@ import keras
 from keras import ops
 
 from tflm.backends.lstm_kernels import CellWeights, kernel_for_use_cudnn, lstm_window
-from tflm.layers.dropout import keep_mask
 from tflm.layers.init import check_init, torch_uniform
 
 
@@ -79,7 +78,6 @@ class WeightDropLSTM(keras.layers.LSTM):
         self.weight_drop_seed = seed
         self.weight_drop_seed_generator = keras.random.SeedGenerator(seed)
         self.last_kernel = None
-        self._given_uniform = None  # set for one call by `call(recurrent_kernel_uniform=...)`
         self.recurrent_bias = None
         self.use_recurrent_bias = bool(recurrent_bias)
         if self.use_recurrent_bias and not self.use_bias:
@@ -104,28 +102,15 @@ class WeightDropLSTM(keras.layers.LSTM):
 
     def recurrent_kernel_mask(self):
         """A fresh DropConnect mask for U: 0 or 1/(1-p), shape (units, 4 units)."""
+        keep = 1.0 - self.weight_dropout
         shape = tuple(self.cell.recurrent_kernel.shape)
-        return keep_mask(keras.random.uniform(shape, seed=self.weight_drop_seed_generator),
-                         self.weight_dropout, self.cell.recurrent_kernel.dtype)
-
-    def call(self, sequences, initial_state=None, mask=None, training=False,
-             recurrent_kernel_uniform=None):
-        """As `keras.layers.LSTM.call`; `recurrent_kernel_uniform` `(units, 4 units)`: the
-        uniforms of this call's DropConnect mask, drawn by the caller
-        (`tflm.layers.dropout.draw_uniforms`); None draws them here."""
-        self._given_uniform = recurrent_kernel_uniform
-        try:
-            return super().call(sequences, initial_state=initial_state, mask=mask,
-                                training=training)
-        finally:
-            self._given_uniform = None
+        kept = keras.random.uniform(shape, seed=self.weight_drop_seed_generator) < keep
+        return ops.cast(kept, self.cell.recurrent_kernel.dtype) / keep
 
     def _recurrent_kernel(self, training):
         kernel = self.cell.recurrent_kernel
         if training and self.weight_dropout > 0.0:
-            mask = (self.recurrent_kernel_mask() if self._given_uniform is None else
-                    keep_mask(self._given_uniform, self.weight_dropout, kernel.dtype))
-            return ops.convert_to_tensor(kernel) * mask
+            return ops.convert_to_tensor(kernel) * self.recurrent_kernel_mask()
         return kernel
 
     def inner_loop(self, sequences, initial_state, mask, training=False):
