@@ -5,9 +5,8 @@ import contextlib
 import keras
 from keras import ops
 
-from tflm import backends
+from tflm import backends, compat
 from tflm.batch_size import batch_size_of, leading_dim
-from tflm import compat
 from tflm.compat import TokenWindowBuild
 from tflm.losses import sampled_token_nll, token_nll
 from tflm.metrics import Perplexity, TokenMeanNLL

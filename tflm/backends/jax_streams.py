@@ -4,7 +4,6 @@ import jax
 import keras
 from keras import ops
 
-from tflm import compat
 from tflm.backends.streams import EagerStreamState
 
 
@@ -71,8 +70,8 @@ class JaxStreamState(EagerStreamState):
                 c_var.assign(ops.stop_gradient(ops.cast(c, "float32")))
             return
         if any(_is_tracer(t) for pair in states for t in pair):
-            if self._vars is not None or compat.in_symbolic_scope():
-                return  # shape inference, or a batch of another size inside jit: not carried
+            if self._vars is not None:
+                return  # a batch of another size inside jit: not carried
             raise NotImplementedError(
                 "Carrying LSTM state across windows inside a jitted JAX function needs "
                 "the model's state variables, which model.fit / evaluate / predict and "
