@@ -42,7 +42,6 @@ for name, (B, T, lengths, with_bias) in {
     y = rng.integers(0, V, (B, T))
     mask = None if lengths is None else np.arange(T)[None] < np.array(lengths)[:, None]
     real = np.ones((B, T), bool) if mask is None else mask
-    g = rng.normal(size=(B, T)) * real  # padded positions carry no gradient
     args = [jnp.asarray(a, jnp.float32) for a in (h, W)] + [
         None if b is None else jnp.asarray(b, jnp.float32)]
 
@@ -51,21 +50,66 @@ for name, (B, T, lengths, with_bias) in {
             h, W, b, jnp.asarray(y), None if mask is None else jnp.asarray(mask)), h, W, b)
         return picked, vjp(g)
 
-    picked, grads = jax.jit(run)(*args, jnp.asarray(g, jnp.float32))
-    want = reference(h, W, b, y, g)
-    errors = [float(np.max(np.abs(np.asarray(picked) - want[0]) * real, initial=0.0))]
-    errors += [float(np.max(np.abs(np.asarray(got) - w))) for got, w in zip(grads, want[1:])
-               if w is not None]
-    result[name] = max(errors)
+    # a training loss's cotangent (a scalar times the real positions' weights: the sums
+    # of the forward pass), and any other (the backward pass's own loop): padded positions
+    # carry no gradient in the first two, some in the third
+    stray = rng.normal(size=(B, T)) * (rng.random((B, T)) < 0.3)
+    for kind, g in {"along the mask": -0.37 * real, "random": rng.normal(size=(B, T)) * real,
+                    "random, padding too": rng.normal(size=(B, T)) * real + stray}.items():
+        picked, grads = jax.jit(run)(*args, jnp.asarray(g, jnp.float32))
+        # the outputs past the extent are constant 0: no gradient flows through them
+        extent = T if mask is None else int(np.max(np.where(real.any(0), np.arange(1, T + 1), 0)))
+        want = reference(h, W, b, y, g * (np.arange(T) < extent))
+        errors = [float(np.max(np.abs(np.asarray(picked) - want[0]) * real, initial=0.0))]
+        errors += [float(np.max(np.abs(np.asarray(got) - w)))
+                   for got, w in zip(grads, want[1:]) if w is not None]
+        result[f"{name}, {kind}"] = max(errors)
 print(json.dumps(result))
 """
 
 
 def test_target_log_probs_and_gradients_against_numpy():
     result = json.loads(run_in_backend("jax", CHECK).strip().splitlines()[-1])
-    assert set(result) == {"unpadded", "trailing", "ragged", "all padded", "under a chunk"}
+    assert len(result) == 15
     for name, error in result.items():
         assert error < 1e-5, (name, error)
+
+
+ALONG = r"""
+import json
+import numpy as np
+import jax.numpy as jnp
+from tflm.backends.jax_target_log_probs import along_weights
+
+w = np.array([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], np.float32)
+cases = {
+    "scaled mask": (-0.37 * w, 5),
+    "zero": (0 * w, 5),
+    "fractional weights": (np.float32(2.5) * (w * np.float32(0.3)), 5),
+    "a padded position": (-0.37 * w + np.eye(2, 5, 3, dtype=np.float32), 5),
+    "past the extent only": (-0.37 * w + np.eye(2, 5, 3, dtype=np.float32), 3),
+    "one real position off": (-0.37 * w * np.array([1, 1, 1.01, 1, 1], np.float32), 5),
+}
+result = {}
+for name, (g, extent) in cases.items():
+    weights = w * np.float32(0.3) if name == "fractional weights" else w
+    alpha, yes = along_weights(jnp.asarray(g, jnp.float32), jnp.asarray(weights), extent)
+    result[name] = [bool(yes), float(alpha)]
+print(json.dumps(result))
+"""
+
+
+def test_the_backward_pass_reuses_the_forward_sums_only_for_a_cotangent_along_the_weights():
+    """`along_weights` decides whether the backward pass scales the forward pass's dW_w,
+    db_w (alpha, True) or runs its own loop (False): it must say False for any g that is
+    not alpha w before the extent, and True (with the right alpha) for a loss's g."""
+    result = json.loads(run_in_backend("jax", ALONG).strip().splitlines()[-1])
+    assert result["scaled mask"] == [True, pytest.approx(-0.37)]
+    assert result["zero"] == [True, 0.0]
+    assert result["fractional weights"] == [True, pytest.approx(2.5)]
+    assert result["a padded position"][0] is False
+    assert result["past the extent only"] == [True, pytest.approx(-0.37)]
+    assert result["one real position off"][0] is False
 
 
 def test_softmax_layer_target_log_probs_equal_its_log_probs_picked():

@@ -3,21 +3,35 @@
 Training needs only log P(y_t | c_t) of each position's target, not the `(batch, time, V)`
 log-probabilities:
 
-    l = h W^T + b,   log P(y | c) = l_y - logsumexp(l)
+    l = h W^T + b,   p = softmax(l),   log P(y | c) = l_y - logsumexp(l)
 
 `target_log_probs` computes it for a few positions at a time (`extent_loop.ROWS` rows of
-the flattened batch x time a chunk), and its written backward pass recomputes each chunk's
-logits instead of keeping them:
+the flattened batch x time a chunk), so no tensor of V columns outlives a chunk, and the
+loops stop at the window's extent n (one past the last position that is real in some row,
+`tflm.backends.extent_loop`): a window padded to a length compiled already
+(`tflm.backends.compiled_lengths`) pays for its real positions only, and the positions past
+it get 0.
 
-    dl = g (onehot(y) - softmax(l)),   dh = dl W,   dW = sum_chunks dl^T h,   db = sum dl
+Its gradient, for a cotangent g of the `(batch, time)` output:
 
-so no tensor of V columns outlives a chunk, and the loops stop at the window's extent n
-(one past the last position that is real in some row, `tflm.backends.extent_loop`): a
-window padded to a length compiled already (`tflm.backends.compiled_lengths`) pays for
-its real positions only, and the positions past it get 0. On the 2-core CPU
-of bench/RESULTS.md the 200-wide, V = 10,000 layer's forward and backward at batch 20 took
-65 ms for 35 positions padded to 40, 48 or 64, against 89 ms for `log_softmax` and a
-gather on the unpadded window and 134 ms padded to 48.
+    dh_r = g_r q_r,   q_r = (onehot(y_r) - p_r) W
+    dW = sum_r g_r (onehot(y_r) - p_r)^T h_r,   db = sum_r g_r (onehot(y_r) - p_r)
+
+dh is row by row, so the forward pass keeps q (`(batch, time, d)`) for any g. dW and db
+mix the rows through g, and the forward pass cannot know g; but a training loss is
+c * sum_r w_r NLL_r with the real positions' weights w (`tflm.padding.
+real_position_weights`, the `mask`) and a scalar c, so g = alpha w. The forward pass
+computes dW_w and db_w, the sums above with g = w, in the same chunk loop, and the
+backward pass returns alpha dW_w, alpha db_w when g is alpha w (to 1e-6 of max |g|, alpha
+read at the largest weight: exact for 0 / 1 weights). Any other g (sample weights, a
+loss of the user's) runs the loop again, recomputing each chunk's logits for its dW and db.
+
+So a train step does three GEMMs of the output layer, as PyTorch's autodiff of a full
+log_softmax does, without its `(batch, time, V)` tensors. On the 2-core CPU of
+bench/RESULTS.md the 200-wide, V = 10,000 layer's forward and backward at batch 20 (35
+positions padded to 56) took 62 ms at one thread and 35 ms at two, against 77 / 41 ms
+when the backward pass recomputed the logits (four GEMMs), and 89 ms (one thread) for
+`log_softmax` and a gather on the unpadded window.
 """
 
 import jax
@@ -33,21 +47,28 @@ def target_log_probs(h, weight, bias, targets, mask=None):
     `h` `(batch, time, d)`, `weight` `(V, d)`, `bias` `(V,)` or None, `targets` int
     `(batch, time)`, `mask` bool `(batch, time)` of real positions or None (all real).
     Chunks of `extent_loop.ROWS` rows (`extent_loop.Chunks`) cover the positions before the
-    extent exactly; the others get 0."""
+    extent exactly; the others get 0. The backward pass is quickest for a cotangent
+    proportional to the mask (the module's docstring)."""
     h = jnp.asarray(h, jnp.float32)
     weight = jnp.asarray(weight, jnp.float32)
     bias = (jnp.zeros(weight.shape[:1], jnp.float32) if bias is None
             else jnp.asarray(bias, jnp.float32))
     if mask is None:
+        weights = jnp.ones(h.shape[:2], jnp.float32)
         extent = jnp.asarray(h.shape[1], jnp.int32)
     else:
-        extent = extent_loop.extent(jnp.asarray(mask, jnp.float32)[..., None])
-    return _picked(h, weight, bias, jnp.asarray(targets, jnp.int32), extent)
+        weights = jnp.asarray(mask, jnp.float32)
+        extent = extent_loop.extent(weights[..., None])
+    return _picked(h, weight, bias, jnp.asarray(targets, jnp.int32), extent, weights)
+
+
+# g counts as alpha w when every |g_r - alpha w_r| is at most this fraction of max |g|
+PROPORTIONAL = 1e-6
 
 
 @jax.custom_vjp
-def _picked(h, weight, bias, targets, extent):
-    return _forward(h, weight, bias, targets, extent)[0]
+def _picked(h, weight, bias, targets, extent, weights):
+    return _values(h, weight, bias, targets, extent)
 
 
 def _logits(chunks, i, h, weight, bias, targets):
@@ -55,7 +76,7 @@ def _logits(chunks, i, h, weight, bias, targets):
     return rows, chunks.slice(targets, i), rows @ weight.T + bias
 
 
-def _forward(h, weight, bias, targets, extent):
+def _values(h, weight, bias, targets, extent):
     chunks = extent_loop.Chunks(h.shape[0], h.shape[1], extent)
 
     def body(i, out):
@@ -63,32 +84,77 @@ def _forward(h, weight, bias, targets, extent):
         picked = jnp.take_along_axis(logits, ids[..., None], -1)[..., 0]
         return chunks.update(out, picked - jax.nn.logsumexp(logits, -1), i)
 
-    out = lax.fori_loop(0, chunks.count, body, jnp.zeros(h.shape[:2], h.dtype))
-    return out, (h, weight, bias, targets, extent)
+    return lax.fori_loop(0, chunks.count, body, jnp.zeros(h.shape[:2], h.dtype))
 
 
-def _backward(residuals, g):
-    h, weight, bias, targets, extent = residuals
+def _forward(h, weight, bias, targets, extent, weights):
+    """The values, q, and dW_w, db_w (the module's docstring), in one loop."""
     vocab, width = weight.shape
     batch = h.shape[0]
     chunks = extent_loop.Chunks(batch, h.shape[1], extent)
 
     def body(i, carry):
-        d_h, d_weight, d_bias = carry
+        out, q, d_weight, d_bias = carry
         rows, ids, logits = _logits(chunks, i, h, weight, bias, targets)
-        d_logits = (jax.nn.one_hot(ids, vocab, dtype=h.dtype)
-                    - jax.nn.softmax(logits, -1)) * chunks.slice(g, i)[..., None]
-        d_h = chunks.update(d_h, d_logits @ weight, i)
+        log_z = jax.nn.logsumexp(logits, -1)
+        picked = jnp.take_along_axis(logits, ids[..., None], -1)[..., 0] - log_z
+        out = chunks.update(out, picked, i)
+        residual = jax.nn.one_hot(ids, vocab, dtype=h.dtype) - jnp.exp(logits - log_z[..., None])
+        q = chunks.update(q, residual @ weight, i)
         # the overlapping last chunk: each position counts once in the sums
-        new = chunks.new_rows(i, batch)
-        flat = d_logits.reshape(-1, vocab)
-        return (d_h, d_weight + flat.T @ (rows.reshape(-1, width) * new),
-                d_bias + (new.T @ flat)[0])
+        w = chunks.slice(weights, i).reshape(-1, 1) * chunks.new_rows(i, batch)
+        flat = residual.reshape(-1, vocab)
+        return (out, q, d_weight + flat.T @ (rows.reshape(-1, width) * w),
+                d_bias + (w.T @ flat)[0])
 
-    d_h, d_weight, d_bias = lax.fori_loop(
+    out, q, d_weight, d_bias = lax.fori_loop(
         0, chunks.count, body,
-        (jnp.zeros_like(h), jnp.zeros_like(weight), jnp.zeros_like(bias)))
-    return d_h, d_weight, d_bias, None, None
+        (jnp.zeros(h.shape[:2], h.dtype), jnp.zeros_like(h), jnp.zeros_like(weight),
+         jnp.zeros_like(bias)))
+    return out, (h, weight, bias, targets, extent, weights, q, d_weight, d_bias)
+
+
+def along_weights(g, weights, extent):
+    """(alpha, whether g = alpha w) over the positions before the extent (those after it
+    have constant outputs: their g does not matter); alpha is g / w at the largest w."""
+    before = (jnp.arange(g.shape[1]) < extent)[None, :]
+    g = jnp.where(before, g, 0.0)
+    weights = jnp.where(before, weights, 0.0)
+    at = jnp.argmax(weights.reshape(-1))
+    largest = weights.reshape(-1)[at]
+    alpha = jnp.where(largest > 0, g.reshape(-1)[at] / jnp.where(largest > 0, largest, 1.0),
+                      0.0)
+    off = jnp.max(jnp.abs(g - alpha * weights))
+    return alpha, off <= PROPORTIONAL * jnp.max(jnp.abs(g))
+
+
+def _sums_again(h, weight, bias, targets, extent, g):
+    """dW and db for any g: each chunk's logits recomputed."""
+    vocab, width = weight.shape
+    batch = h.shape[0]
+    chunks = extent_loop.Chunks(batch, h.shape[1], extent)
+
+    def body(i, carry):
+        d_weight, d_bias = carry
+        rows, ids, logits = _logits(chunks, i, h, weight, bias, targets)
+        residual = jax.nn.one_hot(ids, vocab, dtype=h.dtype) - jax.nn.softmax(logits, -1)
+        w = chunks.slice(g, i).reshape(-1, 1) * chunks.new_rows(i, batch)
+        flat = residual.reshape(-1, vocab)
+        return d_weight + flat.T @ (rows.reshape(-1, width) * w), d_bias + (w.T @ flat)[0]
+
+    return lax.fori_loop(0, chunks.count, body,
+                         (jnp.zeros_like(weight), jnp.zeros_like(bias)))
+
+
+def _backward(residuals, g):
+    h, weight, bias, targets, extent, weights, q, d_weight_w, d_bias_w = residuals
+    alpha, proportional = along_weights(g, weights, extent)
+    d_weight, d_bias = lax.cond(
+        proportional,
+        lambda: (alpha * d_weight_w, alpha * d_bias_w),
+        lambda: _sums_again(h, weight, bias, targets, extent, g))
+    # the outputs past the extent are constant 0, and no output depends on the weights
+    return g[..., None] * q, d_weight, d_bias, None, None, jnp.zeros_like(weights)
 
 
 _picked.defvjp(_forward, _backward)
