@@ -33,6 +33,8 @@ everything that differs between Keras backends:
                                    `cond` (else one per variable)
     linear(x, weight, bias)        x weight^T + bias: the output layer's logits
     global_batch_block()           which block of the global batch this replica holds
+    uniform(shape, seed)           float32 uniforms in [0, 1) from a SeedGenerator: the
+                                   dropout masks' draws
     fused_lstm(...)                the fused LSTM kernel, or NotImplementedError
     window_gradients(model, x, y, states)
                                    mean NLL of one window and its gradient, evaluation mode
@@ -183,6 +185,12 @@ class Backend:
         global batch and keep their own block, so each stream's mask is its own on every
         replica, and a replicated step draws exactly the masks one device would."""
         return 0, 1
+
+    def uniform(self, shape, seed):
+        """float32 uniforms in [0, 1) of `shape`: `keras.random.uniform(shape, seed=seed)`
+        (`seed`: a `keras.random.SeedGenerator`, whose state advances, or anything
+        `keras.random` takes). The dropout layers draw their masks here."""
+        return keras.random.uniform(shape, seed=seed)
 
     def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
                    return_sequences, go_backwards, unroll):

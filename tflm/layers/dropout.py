@@ -43,13 +43,14 @@ def _per_stream(draw, shape):
 
 
 def per_stream_uniform(shape, seed):
-    """`keras.random.uniform(shape, seed=seed)` for a batch-major `shape` whose rows are this
-    replica's streams: under a `tf.distribute` strategy, the rows of the global batch's draw
-    that belong to the calling replica; elsewhere the plain draw (same numbers as before).
+    """Uniforms in [0, 1) (`Backend.uniform`: `keras.random.uniform(shape, seed=seed)`, or
+    JAX's faster Threefry) for a batch-major `shape` whose rows are this replica's streams:
+    under a `tf.distribute` strategy, the rows of the global batch's draw that belong to the
+    calling replica; elsewhere the plain draw (same numbers as before).
 
     Needs the same batch size on every replica (tflm's stream datasets ensure it).
     """
-    return _per_stream(lambda s: keras.random.uniform(s, seed=seed), shape)
+    return _per_stream(lambda s: backends.current().uniform(s, seed), shape)
 
 
 def per_stream_normal(shape, seed, dtype="float32"):
@@ -178,7 +179,7 @@ class EmbeddingDropout(keras.layers.Layer):
     def row_mask(self):
         """A `(V, 1)` mask of 0 and 1/(1-p) entries for one forward call."""
         keep = 1.0 - self.rate
-        kept = keras.random.uniform((self.vocab_size, 1), seed=self.seed_generator) < keep
+        kept = backends.current().uniform((self.vocab_size, 1), self.seed_generator) < keep
         return ops.cast(kept, "float32") / keep
 
     def call(self, ids, embedded, training=False):

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tflm import backends
 from tflm.backends.lstm_kernels import CellWeights, kernel_for_use_cudnn, lstm_window
 from tflm.layers.init import check_init, torch_uniform
 
@@ -104,7 +105,7 @@ class WeightDropLSTM(keras.layers.LSTM):
         """A fresh DropConnect mask for U: 0 or 1/(1-p), shape (units, 4 units)."""
         keep = 1.0 - self.weight_dropout
         shape = tuple(self.cell.recurrent_kernel.shape)
-        kept = keras.random.uniform(shape, seed=self.weight_drop_seed_generator) < keep
+        kept = backends.current().uniform(shape, self.weight_drop_seed_generator) < keep
         return ops.cast(kept, self.cell.recurrent_kernel.dtype) / keep
 
     def _recurrent_kernel(self, training):
