@@ -76,6 +76,19 @@ def _logits(chunks, i, h, weight, bias, targets):
     return rows, chunks.slice(targets, i), rows @ weight.T + bias
 
 
+def _residual(ids, logits, log_z, vocab):
+    """onehot(y) - softmax(l) of a chunk, from its logits and their logsumexp."""
+    return jax.nn.one_hot(ids, vocab, dtype=logits.dtype) - jnp.exp(logits - log_z[..., None])
+
+
+def _weighted_sums(chunks, i, rows, residual, row_weights, batch):
+    """Chunk i's terms of dW = sum_r w_r residual_r^T h_r and db = sum_r w_r residual_r
+    (`row_weights` `(batch, time)`: w); the overlapping last chunk's rows count once."""
+    w = chunks.slice(row_weights, i).reshape(-1, 1) * chunks.new_rows(i, batch)
+    flat = residual.reshape(-1, residual.shape[-1])
+    return flat.T @ (rows.reshape(-1, rows.shape[-1]) * w), (w.T @ flat)[0]
+
+
 def _values(h, weight, bias, targets, extent):
     chunks = extent_loop.Chunks(h.shape[0], h.shape[1], extent)
 
@@ -89,7 +102,6 @@ def _values(h, weight, bias, targets, extent):
 
 def _forward(h, weight, bias, targets, extent, weights):
     """The values, q, and dW_w, db_w (the module's docstring), in one loop."""
-    vocab, width = weight.shape
     batch = h.shape[0]
     chunks = extent_loop.Chunks(batch, h.shape[1], extent)
 
@@ -98,14 +110,10 @@ def _forward(h, weight, bias, targets, extent, weights):
         rows, ids, logits = _logits(chunks, i, h, weight, bias, targets)
         log_z = jax.nn.logsumexp(logits, -1)
         picked = jnp.take_along_axis(logits, ids[..., None], -1)[..., 0] - log_z
-        out = chunks.update(out, picked, i)
-        residual = jax.nn.one_hot(ids, vocab, dtype=h.dtype) - jnp.exp(logits - log_z[..., None])
-        q = chunks.update(q, residual @ weight, i)
-        # the overlapping last chunk: each position counts once in the sums
-        w = chunks.slice(weights, i).reshape(-1, 1) * chunks.new_rows(i, batch)
-        flat = residual.reshape(-1, vocab)
-        return (out, q, d_weight + flat.T @ (rows.reshape(-1, width) * w),
-                d_bias + (w.T @ flat)[0])
+        residual = _residual(ids, logits, log_z, weight.shape[0])
+        d_w, d_b = _weighted_sums(chunks, i, rows, residual, weights, batch)
+        return (chunks.update(out, picked, i), chunks.update(q, residual @ weight, i),
+                d_weight + d_w, d_bias + d_b)
 
     out, q, d_weight, d_bias = lax.fori_loop(
         0, chunks.count, body,
@@ -130,17 +138,15 @@ def along_weights(g, weights, extent):
 
 def _sums_again(h, weight, bias, targets, extent, g):
     """dW and db for any g: each chunk's logits recomputed."""
-    vocab, width = weight.shape
     batch = h.shape[0]
     chunks = extent_loop.Chunks(batch, h.shape[1], extent)
 
     def body(i, carry):
         d_weight, d_bias = carry
         rows, ids, logits = _logits(chunks, i, h, weight, bias, targets)
-        residual = jax.nn.one_hot(ids, vocab, dtype=h.dtype) - jax.nn.softmax(logits, -1)
-        w = chunks.slice(g, i).reshape(-1, 1) * chunks.new_rows(i, batch)
-        flat = residual.reshape(-1, vocab)
-        return d_weight + flat.T @ (rows.reshape(-1, width) * w), d_bias + (w.T @ flat)[0]
+        residual = _residual(ids, logits, jax.nn.logsumexp(logits, -1), weight.shape[0])
+        d_w, d_b = _weighted_sums(chunks, i, rows, residual, g, batch)
+        return d_weight + d_w, d_bias + d_b
 
     return lax.fori_loop(0, chunks.count, body,
                          (jnp.zeros_like(weight), jnp.zeros_like(bias)))

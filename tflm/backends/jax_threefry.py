@@ -24,6 +24,8 @@ thread). The masks keep the generator's statistics; only the bits differ from
 `jax.random`'s for the same seed.
 """
 
+import math
+
 import jax.numpy as jnp
 from jax import lax
 
@@ -65,8 +67,6 @@ def bits(key, n):
 
 def uniform(key, shape):
     """float32 uniforms in [0, 1) of `shape` from the two-word `key`."""
-    size = 1
-    for dim in shape:
-        size *= int(dim)
-    mantissas = (bits(key, size) >> jnp.uint32(9)) | jnp.uint32(0x3F800000)
+    words = bits(key, math.prod(int(d) for d in shape))
+    mantissas = (words >> jnp.uint32(9)) | jnp.uint32(0x3F800000)
     return (lax.bitcast_convert_type(mantissas, jnp.float32) - 1.0).reshape(tuple(shape))
