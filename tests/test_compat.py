@@ -4,7 +4,11 @@ Each test names the private API it guards: when a Keras release renames, moves o
 one of them, the test with that name fails here instead of training going wrong later."""
 
 import inspect
+import json
+import os
 import re
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -130,11 +134,25 @@ def test_private_apis_are_used_only_in_the_compat_module():
     private = [r"keras\.src\b", r"\btorch\._[a-zA-Z]", r"\._flatten_layers\b",
                r"\._get_variable_index\b", r"_symbolic_build\b", r"\._distribute_strategy\b",
                r"\._jax_state", r"\._iterations\b", r"\._trainable_variables\b",
-               r"set_keras_mask", r"_in_multi_worker_mode"]
+               r"set_keras_mask", r"_in_multi_worker_mode", r"\bjax\._src\b"]
     offenders = [f"{name}: {pattern}" for name, text in _product_sources()
                  if name != "tflm/compat.py" for pattern in private
                  if re.search(pattern, text)]
     assert not offenders, offenders
+
+
+def test_jax_backend_started_after_the_first_array_only():
+    """xla_bridge.backends_are_initialized: False after `import jax`, True after an array."""
+    pytest.importorskip("jax")
+    code = ("import json; from tflm import compat; a = compat.jax_backend_started(); "
+            "import jax; b = compat.jax_backend_started(); jax.numpy.ones(2); "
+            "print(json.dumps([a, b, compat.jax_backend_started()]))")
+    from tests.conftest import REPO
+    env = dict(os.environ, JAX_PLATFORMS="cpu", KERAS_BACKEND="jax", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, False, True]
 
 
 def test_no_backend_checks_in_the_language_model_or_the_layers():

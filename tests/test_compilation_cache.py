@@ -3,7 +3,7 @@
 import os
 
 from tests.backends import run_in_backend
-from zoo import compilation_cache
+from zoo import compilation_cache, xla_flags
 
 
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
@@ -37,11 +37,14 @@ def test_a_jax_rerun_is_served_from_the_cache(tmp_path):
             counts.append(len(list(cache.rglob("*"))))
         metrics = json.loads(pathlib.Path({str(tmp_path)!r} + "/b/metrics.json").read_text())
         print(counts[0], counts[1], metrics["jax_compilation_cache"] == str(cache),
-              metrics.get("allocator", dict()).get("M_ARENA_MAX"))
+              metrics.get("allocator", dict()).get("M_ARENA_MAX"),
+              "|".join(metrics.get("xla_flags", ["none"])))
     """, timeout=600)
-    first, second, recorded, arenas = out.split()[-4:]
+    first, second, recorded, arenas, flags = out.split()[-5:]
     assert int(first) > 0, "the first run must fill the cache"
     assert int(second) == int(first), "the rerun must compile nothing new"
     assert recorded == "True"
     if os.confstr("CS_GNU_LIBC_VERSION"):  # zoo.train set glibc's malloc (zoo.allocator)
         assert arenas == "1"
+    if xla_flags.jaxlib_verified():
+        assert flags == xla_flags.FLAG  # zoo.train set XLA's emitters (zoo.xla_flags)

@@ -6,7 +6,8 @@ used here and nowhere else, with a comment saying why no public API serves;
 the arguments used here and behaves as relied on), so a Keras release that changes one
 fails that test by name instead of breaking training silently. Everything else in tflm,
 zoo, tools and bench uses public APIs only (PyTorch's included: `torch.lstm` is in
-`torch.__all__`); the one private PyTorch attribute used is here too.
+`torch.__all__`); the private PyTorch attributes and the one private JAX function used are
+here too.
 """
 
 
@@ -102,6 +103,17 @@ def in_symbolic_scope():
     from keras.src.backend.common.symbolic_scope import in_symbolic_scope as active
     return active()
 
+
+
+def jax_backend_started():
+    """True once JAX has started its backends (XLA read `XLA_FLAGS` then, once)."""
+    # jax._src.xla_bridge.backends_are_initialized: the public jax.devices() and
+    # jax.extend.backend.backends() start the backends when asked; nothing public only asks.
+    import sys
+    if "jax" not in sys.modules:
+        return False
+    from jax._src import xla_bridge
+    return xla_bridge.backends_are_initialized()
 
 class TokenWindowBuild:
     """Mixin for a `keras.Model` fed integer token windows: lets it build itself under a

@@ -129,8 +129,9 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float16", "float32", "float64"])
     p.add_argument("--bptt", type=int, default=70)
     args = p.parse_args(argv)
-    from zoo import allocator, quiet_start
+    from zoo import allocator, quiet_start, xla_flags
     allocator.keep_freed_memory()  # before any framework starts its threads
+    xla_flags.fast_cpu_compiles()  # before JAX starts its backend
     quiet_start.start()
     from tflm.data import CorpusNotFoundError
     from zoo.model_vocabulary import VOCAB_FILE, check_model_vocabulary

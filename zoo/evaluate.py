@@ -126,8 +126,9 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from zoo import allocator, quiet_start
+    from zoo import allocator, quiet_start, xla_flags
     allocator.keep_freed_memory()  # before any framework starts its threads
+    xla_flags.fast_cpu_compiles()  # before JAX starts its backend
     quiet_start.start()
     from zoo.run_scalars import evaluated_epoch, log_scalars
     from zoo.saved_run import open_run, vocabulary_note

@@ -150,8 +150,9 @@ def main(argv=None):
     """Run the command line; returns the exit code: 0, 2 for an error the user fixes by
     changing the command (a one-line message), 3 when training diverged, 130 on Ctrl-C
     (a one-line message saying how to continue)."""
-    from zoo import allocator, interrupt, quiet_start
+    from zoo import allocator, interrupt, quiet_start, xla_flags
     allocator.keep_freed_memory()  # before any framework starts its threads
+    xla_flags.fast_cpu_compiles()  # before JAX starts its backend
     args = out = None
     try:
         with interrupt.handle_ctrl_c():  # training stops at the next batch (zoo.interrupt)

@@ -23,7 +23,7 @@ import json
 import math
 import pathlib
 
-from zoo import allocator, checkpoint, compilation_cache, interrupt
+from zoo import allocator, checkpoint, compilation_cache, interrupt, xla_flags
 from zoo.builders import (build_model, make_lr_schedule, make_optimizer, make_trigger,
                           pad_to_multiple)
 from zoo.config import check_config
@@ -319,6 +319,8 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
         results["jax_compilation_cache"] = str(jax_cache)
     if allocator.settings_made():  # glibc malloc as zoo.train set it (zoo.allocator)
         results["allocator"] = allocator.settings_made()
+    if xla_flags.flags_added():  # XLA_FLAGS as zoo.train set them (zoo.xla_flags)
+        results["xla_flags"] = xla_flags.flags_added()
     results["train_perplexity"] = best.get("perplexity")
     results["train_perplexity_note"] = ("with dropout, averaged over the training epoch" if
                                         best["epoch"] else "the finetuned-from model was kept")

@@ -1,0 +1,107 @@
+"""`zoo.xla_flags`: XLA's older CPU emitters for a JAX run, only where the flag is known."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO
+from zoo import xla_flags
+
+
+@pytest.fixture
+def clean(monkeypatch):
+    monkeypatch.delenv(xla_flags.OPT_OUT, raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
+    monkeypatch.setattr(xla_flags, "_added", [])
+    monkeypatch.setattr(xla_flags, "_jaxlib_version", lambda: (0, 10))
+    monkeypatch.setattr(xla_flags, "_jax_backend_started", lambda: False)
+
+
+def test_added_for_jax_only_and_recorded(clean):
+    assert xla_flags.fast_cpu_compiles("tensorflow") == []
+    assert xla_flags.fast_cpu_compiles("torch") == []
+    assert os.environ["XLA_FLAGS"] == "--xla_backend_optimization_level=0"
+    assert xla_flags.fast_cpu_compiles("jax") == [xla_flags.FLAG]
+    assert os.environ["XLA_FLAGS"] == f"--xla_backend_optimization_level=0 {xla_flags.FLAG}"
+    assert xla_flags.fast_cpu_compiles("jax") == []  # once
+    assert os.environ["XLA_FLAGS"].count("fusion_emitters") == 1
+    assert xla_flags.flags_added() == [xla_flags.FLAG]
+
+
+def test_the_users_setting_and_the_opt_out_win(clean, monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
+    assert xla_flags.fast_cpu_compiles("jax") == []
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_use_fusion_emitters=true"
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setenv(xla_flags.OPT_OUT, "default")
+    assert xla_flags.fast_cpu_compiles("jax") == []
+    assert "XLA_FLAGS" not in os.environ
+    assert xla_flags.flags_added() == []
+
+
+def test_no_flag_once_jax_has_started_its_backend(clean, monkeypatch):
+    monkeypatch.setattr(xla_flags, "_jax_backend_started", lambda: True)
+    assert xla_flags.fast_cpu_compiles("jax") == []
+    assert os.environ["XLA_FLAGS"] == "--xla_backend_optimization_level=0"
+
+
+@pytest.mark.parametrize("version", [None, (0, 9), (0, 11), (1, 0)])
+def test_no_flag_for_a_jaxlib_it_was_not_measured_on(clean, monkeypatch, version):
+    """An XLA_FLAGS entry XLA does not know ends the process: only verified jaxlibs."""
+    monkeypatch.setattr(xla_flags, "_jaxlib_version", lambda: version)
+    assert xla_flags.fast_cpu_compiles("jax") == []
+    assert os.environ["XLA_FLAGS"] == "--xla_backend_optimization_level=0"
+
+
+def _jax_process(code, **env):
+    """Run `code` in a fresh JAX process; its last stdout line, parsed as JSON."""
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("XLA_FLAGS", xla_flags.OPT_OUT, "KERAS_BACKEND")}
+    environ.update(env, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu", KERAS_BACKEND="jax")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=environ,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+_LSTM_STEP = """
+import json, os, sys
+from zoo import xla_flags
+added = xla_flags.fast_cpu_compiles() if sys.argv[1:] == ["set"] else []
+import jax, jax.numpy as jnp
+key = jax.random.split(jax.random.key(0), 4)
+late = xla_flags.fast_cpu_compiles()  # the backend has started: too late for a flag
+x = jax.random.normal(key[0], (8, 12, 16)); w = jax.random.normal(key[1], (16, 64)) / 4
+u = jax.random.normal(key[2], (16, 64)) / 4; b = jax.random.normal(key[3], (64,))
+def loss(w, u):
+    def cell(carry, x_t):
+        h, c = carry
+        i, f, g, o = jnp.split(x_t @ w + h @ u + b, 4, axis=-1)
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        return (h, c), h
+    zeros = jnp.zeros((8, 16))
+    _, hs = jax.lax.scan(cell, (zeros, zeros), jnp.swapaxes(x, 0, 1))
+    return jax.nn.logsumexp(hs, axis=-1).mean()
+value, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(w, u)
+print(json.dumps([added, late, os.environ.get("XLA_FLAGS", ""), float(value),
+                  [g.ravel()[:50].tolist() for g in grads]]))
+"""
+
+
+@pytest.mark.skipif(not xla_flags.jaxlib_verified(), reason="the flag is added on verified jaxlibs only")
+def test_jax_runs_with_the_flag_and_computes_what_it_computes_without():
+    """XLA accepts the flag (an unknown one would end the process), and an LSTM's loss and
+    gradients agree with the default emitters' to float32 rounding."""
+    added, late, flags, value, grads = _jax_process(_LSTM_STEP.replace(
+        "sys.argv[1:]", "['set']"))
+    assert added == [xla_flags.FLAG] and late == [] and xla_flags.FLAG in flags
+    default_added, _, default_flags, default_value, default_grads = _jax_process(
+        _LSTM_STEP.replace("sys.argv[1:]", "[]"))
+    assert default_added == [] and xla_flags.FLAG not in default_flags
+    np.testing.assert_allclose(value, default_value, rtol=1e-5)
+    np.testing.assert_allclose(grads, default_grads, rtol=1e-4, atol=1e-6)
