@@ -1,4 +1,4 @@
-"""`zoo.xla_flags`: XLA's older CPU emitters for a JAX run, only where the flag is known."""
+"""`zoo.xla_flags`: XLA's older CPU emitters and -O2 for a JAX run, only where known."""
 
 import json
 import os
@@ -11,11 +11,14 @@ import pytest
 from tests.conftest import REPO
 from zoo import xla_flags
 
+EMITTERS, LEVEL = xla_flags.FUSION_EMITTERS, xla_flags.OPTIMIZATION_LEVEL
+
 
 @pytest.fixture
 def clean(monkeypatch):
     monkeypatch.delenv(xla_flags.OPT_OUT, raising=False)
-    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setattr(xla_flags, "_added", [])
     monkeypatch.setattr(xla_flags, "_jaxlib_version", lambda: (0, 10))
     monkeypatch.setattr(xla_flags, "_jax_backend_started", lambda: False)
@@ -24,37 +27,57 @@ def clean(monkeypatch):
 def test_added_for_jax_only_and_recorded(clean):
     assert xla_flags.fast_cpu_compiles("tensorflow") == []
     assert xla_flags.fast_cpu_compiles("torch") == []
-    assert os.environ["XLA_FLAGS"] == "--xla_backend_optimization_level=0"
-    assert xla_flags.fast_cpu_compiles("jax") == [xla_flags.FLAG]
-    assert os.environ["XLA_FLAGS"] == f"--xla_backend_optimization_level=0 {xla_flags.FLAG}"
+    assert "XLA_FLAGS" not in os.environ
+    assert xla_flags.fast_cpu_compiles("jax") == [EMITTERS, LEVEL]
+    assert os.environ["XLA_FLAGS"] == f"{EMITTERS} {LEVEL}"
     assert xla_flags.fast_cpu_compiles("jax") == []  # once
-    assert os.environ["XLA_FLAGS"].count("fusion_emitters") == 1
-    assert xla_flags.flags_added() == [xla_flags.FLAG]
+    assert os.environ["XLA_FLAGS"] == f"{EMITTERS} {LEVEL}"
+    assert xla_flags.flags_added() == [EMITTERS, LEVEL]
 
 
-def test_the_users_setting_and_the_opt_out_win(clean, monkeypatch):
+def test_each_flag_the_user_set_wins_and_the_opt_out_leaves_all(clean, monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_dump_to=/tmp/d")
+    assert xla_flags.fast_cpu_compiles("jax") == [EMITTERS]
+    assert os.environ["XLA_FLAGS"] == (
+        f"--xla_backend_optimization_level=0 --xla_dump_to=/tmp/d {EMITTERS}")
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
-    assert xla_flags.fast_cpu_compiles("jax") == []
-    assert os.environ["XLA_FLAGS"] == "--xla_cpu_use_fusion_emitters=true"
+    assert xla_flags.fast_cpu_compiles("jax") == [LEVEL]
+    assert os.environ["XLA_FLAGS"] == f"--xla_cpu_use_fusion_emitters=true {LEVEL}"
     monkeypatch.delenv("XLA_FLAGS")
     monkeypatch.setenv(xla_flags.OPT_OUT, "default")
     assert xla_flags.fast_cpu_compiles("jax") == []
     assert "XLA_FLAGS" not in os.environ
-    assert xla_flags.flags_added() == []
 
 
-def test_no_flag_once_jax_has_started_its_backend(clean, monkeypatch):
+def test_the_optimization_level_on_cpu_only_runs(clean, monkeypatch):
+    """The level applies to GPU code generation too: only where JAX cannot leave the CPU."""
+    for platforms, cpu_only in (("cpu", True), ("cuda", False), ("cpu,cuda", False),
+                                (" CPU ", True), ("tpu", False)):
+        monkeypatch.setenv("JAX_PLATFORMS", platforms)
+        assert xla_flags.cpu_only() == cpu_only, platforms
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    assert xla_flags.fast_cpu_compiles("jax") == [EMITTERS]
+    monkeypatch.delenv("JAX_PLATFORMS")
+    find_spec = xla_flags.importlib.util.find_spec
+    monkeypatch.setattr(xla_flags.importlib.util, "find_spec",
+                        lambda name: object() if name == "jax_plugins" else find_spec(name))
+    assert not xla_flags.cpu_only()  # a PJRT plugin (jax-cuda12-plugin, ...) is installed
+    monkeypatch.setattr(xla_flags.importlib.util, "find_spec", lambda name: None)
+    assert xla_flags.cpu_only()
+
+
+def test_nothing_once_jax_has_started_its_backend(clean, monkeypatch):
     monkeypatch.setattr(xla_flags, "_jax_backend_started", lambda: True)
     assert xla_flags.fast_cpu_compiles("jax") == []
-    assert os.environ["XLA_FLAGS"] == "--xla_backend_optimization_level=0"
+    assert "XLA_FLAGS" not in os.environ
 
 
 @pytest.mark.parametrize("version", [None, (0, 9), (0, 11), (1, 0)])
-def test_no_flag_for_a_jaxlib_it_was_not_measured_on(clean, monkeypatch, version):
+def test_nothing_for_a_jaxlib_they_were_not_measured_on(clean, monkeypatch, version):
     """An XLA_FLAGS entry XLA does not know ends the process: only verified jaxlibs."""
     monkeypatch.setattr(xla_flags, "_jaxlib_version", lambda: version)
     assert xla_flags.fast_cpu_compiles("jax") == []
-    assert os.environ["XLA_FLAGS"] == "--xla_backend_optimization_level=0"
+    assert "XLA_FLAGS" not in os.environ
 
 
 def _jax_process(code, **env):
@@ -93,15 +116,16 @@ print(json.dumps([added, late, os.environ.get("XLA_FLAGS", ""), float(value),
 """
 
 
-@pytest.mark.skipif(not xla_flags.jaxlib_verified(), reason="the flag is added on verified jaxlibs only")
+@pytest.mark.skipif(not xla_flags.jaxlib_verified(),
+                    reason="the flags are added on verified jaxlibs only")
 def test_jax_runs_with_the_flag_and_computes_what_it_computes_without():
-    """XLA accepts the flag (an unknown one would end the process), and an LSTM's loss and
-    gradients agree with the default emitters' to float32 rounding."""
+    """XLA accepts the flags (an unknown one would end the process), and an LSTM's loss and
+    gradients agree with XLA's defaults' to float32 rounding."""
     added, late, flags, value, grads = _jax_process(_LSTM_STEP.replace(
         "sys.argv[1:]", "['set']"))
-    assert added == [xla_flags.FLAG] and late == [] and xla_flags.FLAG in flags
+    assert added == [EMITTERS, LEVEL] and late == [] and flags == f"{EMITTERS} {LEVEL}"
     default_added, _, default_flags, default_value, default_grads = _jax_process(
         _LSTM_STEP.replace("sys.argv[1:]", "[]"))
-    assert default_added == [] and xla_flags.FLAG not in default_flags
+    assert default_added == [] and default_flags == ""
     np.testing.assert_allclose(value, default_value, rtol=1e-5)
     np.testing.assert_allclose(grads, default_grads, rtol=1e-4, atol=1e-6)
