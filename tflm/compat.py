@@ -104,7 +104,6 @@ def in_symbolic_scope():
     return active()
 
 
-
 def jax_backend_started():
     """True once JAX has started its backends (XLA read `XLA_FLAGS` then, once)."""
     # jax._src.xla_bridge.backends_are_initialized: the public jax.devices() and
@@ -114,6 +113,7 @@ def jax_backend_started():
         return False
     from jax._src import xla_bridge
     return xla_bridge.backends_are_initialized()
+
 
 class TokenWindowBuild:
     """Mixin for a `keras.Model` fed integer token windows: lets it build itself under a
