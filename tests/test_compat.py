@@ -5,14 +5,12 @@ one of them, the test with that name fails here instead of training going wrong 
 
 import inspect
 import json
-import os
 import re
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
+from tests.backends import run_in_backend
 from tflm import compat
 from tflm.backends.lstm_kernels import portable_lstm
 from tflm.layers import WeightDropLSTM
@@ -143,16 +141,11 @@ def test_private_apis_are_used_only_in_the_compat_module():
 
 def test_jax_backend_started_after_the_first_array_only():
     """xla_bridge.backends_are_initialized: False after `import jax`, True after an array."""
-    pytest.importorskip("jax")
     code = ("import json; from tflm import compat; a = compat.jax_backend_started(); "
             "import jax; b = compat.jax_backend_started(); jax.numpy.ones(2); "
             "print(json.dumps([a, b, compat.jax_backend_started()]))")
-    from tests.conftest import REPO
-    env = dict(os.environ, JAX_PLATFORMS="cpu", KERAS_BACKEND="jax", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, False, True]
+    out = run_in_backend("jax", code)
+    assert json.loads(out.strip().splitlines()[-1]) == [False, False, True]
 
 
 def test_no_backend_checks_in_the_language_model_or_the_layers():

@@ -2,13 +2,11 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
+from tests.backends import run_in_backend
 from zoo import xla_flags
 
 EMITTERS, LEVEL = xla_flags.FUSION_EMITTERS, xla_flags.OPTIMIZATION_LEVEL
@@ -80,15 +78,12 @@ def test_nothing_for_a_jaxlib_they_were_not_measured_on(clean, monkeypatch, vers
     assert "XLA_FLAGS" not in os.environ
 
 
-def _jax_process(code, **env):
-    """Run `code` in a fresh JAX process; its last stdout line, parsed as JSON."""
-    environ = {k: v for k, v in os.environ.items()
-               if k not in ("XLA_FLAGS", xla_flags.OPT_OUT, "KERAS_BACKEND")}
-    environ.update(env, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu", KERAS_BACKEND="jax")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=environ,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def _jax_process(code):
+    """Run `code` in a fresh JAX process (`XLA_FLAGS` and the opt-out cleared before JAX
+    starts); its last stdout line, parsed as JSON."""
+    clear = ("import os\nos.environ.pop('XLA_FLAGS', None)\n"
+             f"os.environ.pop({xla_flags.OPT_OUT!r}, None)\n")
+    return json.loads(run_in_backend("jax", clear + code).strip().splitlines()[-1])
 
 
 _LSTM_STEP = """
