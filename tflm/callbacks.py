@@ -1,7 +1,19 @@
 """Training callbacks: throughput, bits per character, divergence guard, progress of a loop
-of `fit` calls."""
+of `fit` calls.
+
+The callbacks here with batch hooks are async-safe (`async_safe = True`). On the backends
+Keras marks thread-safe (JAX, PyTorch), a `fit` / `evaluate` whose callbacks all are runs the
+batch-end hooks on a worker thread: the loop dispatches the next step without waiting for
+this one's logs, so the Python work between steps (the next batch, the callbacks, the
+dispatch) can overlap the step (on an accelerator, or on CPU cores the step leaves idle)
+instead of adding to it. Async-safe means: no access to
+`self.model` (on JAX that writes the state back to the variables mid-step) and correct when
+calls come concurrently or out of order. An exception raised in a hook reaches `fit` at the
+next batch, or at the end of the epoch before any `on_epoch_end` runs.
+"""
 
 import math
+import threading
 import time
 
 import keras
@@ -24,12 +36,18 @@ class WordsPerSecond(keras.callbacks.Callback):
 
     Place it before `keras.callbacks.TensorBoard` in the callback list so the figures are
     logged. `tokens_per_epoch` is batch size x number of target positions.
+
+    Async-safe: a batch ends when its logs are ready (Keras converts them before calling
+    the hook, on the worker thread too), and the last of those times ends the loop.
     """
+
+    async_safe = True
 
     def __init__(self, tokens_per_epoch):
         super().__init__()
         self.tokens_per_epoch = int(tokens_per_epoch)
         self.last = None
+        self._lock = threading.Lock()
         self._start = self._first = self._last_batch = self._test_start = self._test_end = None
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -37,9 +55,10 @@ class WordsPerSecond(keras.callbacks.Callback):
         self._first = self._last_batch = self._test_start = self._test_end = None
 
     def on_train_batch_end(self, batch, logs=None):
-        self._last_batch = time.perf_counter()
-        if self._first is None:
-            self._first = self._last_batch - self._start
+        with self._lock:  # so the last call sets the end of the loop
+            self._last_batch = time.perf_counter()
+            if self._first is None:
+                self._first = self._last_batch - self._start
 
     def on_test_begin(self, logs=None):
         if self._last_batch is not None:  # fit's validation, not a standalone evaluate
@@ -90,7 +109,9 @@ class StopOnNaN(keras.callbacks.Callback):
 
     Raising (rather than `stop_training`) ends `fit` before any later callback can save the
     diverged weights, so the last good checkpoint stays the last one written: put it first
-    in the callback list.
+    in the callback list. Async-safe (it reads only the logs): where Keras runs batch hooks
+    on a worker thread, the error reaches `fit` at the next batch or at the epoch's end,
+    before any `on_epoch_end`.
 
     Args:
         monitor: the batch-log keys to check after every step. Default ("loss",
@@ -98,6 +119,8 @@ class StopOnNaN(keras.callbacks.Callback):
         epoch_monitor: the epoch-log keys to check at the end of an epoch. Default
             ("loss", "perplexity", "val_loss", "val_perplexity").
     """
+
+    async_safe = True
 
     def __init__(self, monitor=("loss", "perplexity"),
                  epoch_monitor=("loss", "perplexity", "val_loss", "val_perplexity")):
@@ -141,14 +164,36 @@ class EpochProgbar(keras.callbacks.ProgbarLogger):
     between epochs) would otherwise print "Epoch e+1/e+1", and nothing for the first epoch.
     Pass it in `callbacks` (it replaces the progress bar `fit` adds with `verbose=1`).
 
+    Async-safe, unlike Keras' own: updates are serialized, and one older than the bar's
+    position (a batch whose hook ran late on another thread) is skipped, as the logs of a
+    later batch hold the running means it would have shown.
+
     Args:
         total_epochs: N, the number of epochs of the whole run.
     """
 
+    async_safe = True
+
     def __init__(self, total_epochs):
         super().__init__()
         self.total_epochs = int(total_epochs)
+        self._lock = threading.Lock()
 
     def set_params(self, params):
         super().set_params(params)
         self.epochs = self.total_epochs
+
+    def on_train_batch_end(self, batch, logs=None):
+        with self._lock:
+            if batch + 1 > self.seen:
+                super().on_train_batch_end(batch, logs)
+
+    def on_test_batch_end(self, batch, logs=None):
+        with self._lock:
+            if batch + 1 > self.seen:
+                super().on_test_batch_end(batch, logs)
+
+    def on_predict_batch_end(self, batch, logs=None):
+        with self._lock:
+            if batch + 1 > self.seen:
+                super().on_predict_batch_end(batch, logs)

@@ -1,4 +1,5 @@
-"""TensorBoard extras for language models: embedding projector, top-k predictions as text.
+"""TensorBoard extras for language models: embedding projector, top-k predictions as text,
+and Keras' TensorBoard callback made async-safe where it writes nothing per batch.
 
 Keras 3's `TensorBoard` callback logs every scalar in the epoch logs (loss, perplexity,
 learning rate, words/s, gradient norm, averaging state) and optional weight histograms, but
@@ -6,6 +7,7 @@ its `embeddings_freq` no longer writes a projector checkpoint; `EmbeddingProject
 TensorBoard writing goes through TensorFlow's summary API (imported lazily).
 """
 
+import inspect
 import pathlib
 
 import keras
@@ -116,3 +118,39 @@ class TopPredictionsText(keras.callbacks.Callback):
         with self._writer.as_default():
             tf.summary.text("top_predictions", self.table(), step=epoch)
         self._writer.flush()
+
+
+class AsyncSafeTensorBoard(keras.callbacks.TensorBoard):
+    """Keras' `TensorBoard` callback, async-safe (`tflm.callbacks`) where it has nothing to
+    write after a training batch.
+
+    With `update_freq="epoch"` (the default), no profiling (`profile_batch=0`) and no
+    steps-per-second scalars, Keras' callback writes nothing per batch, yet after every
+    training batch it still calls `tf.summary.scalar` for each log (no writer is set, so
+    nothing is written), and after the first it reads `model.train_function` to write a
+    TensorFlow graph, which on JAX writes the model state back to the variables in the
+    middle of the epoch. Where that is so and the backend is not TensorFlow (the only one
+    with such a graph, and one Keras never runs hooks off the main thread for), this
+    callback skips its batch-end hook and declares itself async-safe, so a `fit` whose
+    other callbacks are async-safe too dispatches each step without waiting for the one
+    before. Everything else (the epoch scalars, histograms, the validation writer) is
+    Keras'. Same arguments as `keras.callbacks.TensorBoard`.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        arguments = inspect.signature(keras.callbacks.TensorBoard.__init__).bind(
+            self, *args, **kwargs)
+        arguments.apply_defaults()
+        self._nothing_per_batch = (keras.backend.backend() != "tensorflow"
+                                   and self.update_freq == "epoch"
+                                   and not self.write_steps_per_second
+                                   and not arguments.arguments["profile_batch"])
+
+    @property
+    def async_safe(self):
+        return self._nothing_per_batch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self._nothing_per_batch:
+            super().on_train_batch_end(batch, logs)

@@ -72,10 +72,14 @@ def check():
 
 def CheckCtrlC():  # noqa: N802 - a Keras callback, named as one
     """A Keras callback that calls `check()` after every batch of fit / evaluate and at the
-    start and end of every epoch."""
+    start and end of every epoch. Async-safe (`tflm.callbacks`): where Keras runs the batch
+    hooks on a worker thread, the `KeyboardInterrupt` reaches the loop at its next batch or
+    at the epoch's end, still a safe point."""
     import keras
 
     class _CheckCtrlC(keras.callbacks.Callback):
+        async_safe = True
+
         def on_train_batch_end(self, batch, logs=None):
             check()
 

@@ -184,7 +184,7 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     from tflm.callbacks import (BitsPerCharacter, EpochProgbar, StopOnNaN, TrainingDiverged,
                                 WordsPerSecond)
     from tflm.optimizers import averaged_weights
-    from tflm.tensorboard import EmbeddingProjector, TopPredictionsText
+    from tflm.tensorboard import AsyncSafeTensorBoard, EmbeddingProjector, TopPredictionsText
     from zoo.saving import load_model
 
     strategy = distribute.get_strategy(strategy_name) if strategy_name != "default" else None
@@ -252,8 +252,10 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
         state["best"] = finetune_baseline(model, out, valid_ds)
     positions = (len(corpus.train) // batch) - 1
     speed = WordsPerSecond(tokens_per_epoch=batch * positions)
-    board = keras.callbacks.TensorBoard(log_dir=str(out / "logs"),
-                                        histogram_freq=int(training.get("histograms", 0)))
+    # Async-safe like every callback of this fit: on JAX and PyTorch, Keras then runs the
+    # batch-end hooks on a worker thread and dispatches a step before the last one ended
+    board = AsyncSafeTensorBoard(log_dir=str(out / "logs"),
+                                 histogram_freq=int(training.get("histograms", 0)))
     # The trigger first (an EpochTrigger starts averaging at epoch begin), then the schedule
     # (which divides only while not averaging), both before TensorBoard.
     before = [c for c in (trigger, schedule) if c is not None]
