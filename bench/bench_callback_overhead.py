@@ -12,21 +12,18 @@ async-safe). Prints the table and appends it to bench/RESULTS.md.
 """
 
 import argparse
-import json
-import os
 import pathlib
-import subprocess
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.machine import machine_line, publish  # noqa: E402
+from bench.machine import machine_line, publish, run_backend_child  # noqa: E402
 
 CHILD = r"""
-import json, sys, tempfile, threading, time
+import json, sys, tempfile, time
 import numpy as np
 import keras
-from tflm.callbacks import StopOnNaN, WordsPerSecond
+from tflm.callbacks import HookThreads, StopOnNaN, WordsPerSecond
 from tflm.tensorboard import AsyncSafeTensorBoard
 from zoo import interrupt
 
@@ -35,17 +32,6 @@ steps, batch = args["steps"], 8
 x = np.random.default_rng(0).normal(size=(steps * batch, 4)).astype("float32")
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
 model.compile(optimizer="sgd", loss="mse")
-
-
-class WhereHooksRun(keras.callbacks.Callback):
-    async_safe = True
-
-    def __init__(self):
-        super().__init__()
-        self.on_main = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.on_main.append(threading.current_thread() is threading.main_thread())
 
 
 def zoo_list(board_class, logs):
@@ -60,7 +46,7 @@ threads = {}
 model.fit(x, x[:, :1], batch_size=batch, epochs=1, verbose=0)  # compile
 for repeat in range(args["repeats"] + 1):
     for name, make in lists.items():
-        probe = WhereHooksRun()
+        probe = HookThreads()
         with tempfile.TemporaryDirectory() as logs:
             callbacks = make(logs) + [probe]
             t0 = time.perf_counter()
@@ -69,8 +55,7 @@ for repeat in range(args["repeats"] + 1):
             seconds = time.perf_counter() - t0
         if repeat:  # the first round warms up TensorBoard's writers and imports
             times[name].append(seconds / steps)
-        threads[name] = "main" if all(probe.on_main) else (
-            "worker" if not any(probe.on_main) else "both")
+        threads[name] = probe.where
 print("RESULT " + json.dumps({name: [float(np.median(t)) * 1000, threads[name]]
                               for name, t in times.items()}))
 """
@@ -86,19 +71,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     rows = []
     for backend in args.backends.split(","):
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
-                   CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu",
-                   OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(REPO),
-                   TF_NUM_INTRAOP_THREADS=str(args.threads),
-                   TF_NUM_INTEROP_THREADS=str(args.threads))
         child = {k: getattr(args, k) for k in ("steps", "repeats")}
-        proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(child)], env=env,
-                              capture_output=True, text=True, cwd=REPO, timeout=1800)
-        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        if proc.returncode or not line:
-            rows.append(f"| {backend} | failed: {proc.stderr.strip().splitlines()[-1:]} | | |")
+        result, why = run_backend_child(CHILD, backend, args.threads, child)
+        if result is None:
+            rows.append(f"| {backend} | failed: {why} | | |")
             continue
-        result = json.loads(line[0][len("RESULT "):])
         (keras_ms, keras_where), (safe_ms, safe_where) = (
             result["keras TensorBoard"], result["AsyncSafeTensorBoard"])
         rows.append(f"| {backend} | {keras_ms:.2f} ({keras_where}) | {safe_ms:.2f} "

@@ -11,15 +11,12 @@ bench/RESULTS.md.
 """
 
 import argparse
-import json
-import os
 import pathlib
-import subprocess
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.machine import machine_line, publish  # noqa: E402
+from bench.machine import machine_line, publish, run_backend_child  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
@@ -112,19 +109,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     rows = []
     for backend in args.backends.split(","):
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
-                   CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu",
-                   OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(REPO),
-                   TF_NUM_INTRAOP_THREADS=str(args.threads),
-                   TF_NUM_INTEROP_THREADS=str(args.threads))
         child = {k: getattr(args, k) for k in ("batch", "steps", "units", "repeats")}
-        proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(child)], env=env,
-                              capture_output=True, text=True, cwd=REPO, timeout=1800)
-        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        if proc.returncode or not line:
-            rows.append(f"| {backend} | failed: {proc.stderr.strip().splitlines()[-1:]} | | |")
+        ms, why = run_backend_child(CHILD, backend, args.threads, child)
+        if ms is None:
+            rows.append(f"| {backend} | failed: {why} | | |")
             continue
-        ms = json.loads(line[0][len("RESULT "):])
         rnn, scan = ms["keras rnn (compat)"], ms["keras.ops.scan"]
         rows.append(f"| {backend} | {rnn:.1f} | {scan:.1f} | {scan / rnn:.2f}x |")
     table = "\n".join([

@@ -1,7 +1,14 @@
-"""What machine a measurement ran on (CPU model, memory), and publishing a results table."""
+"""What machine a measurement ran on (CPU model, memory), publishing a results table, and
+running a measurement in a fresh process of one Keras backend."""
 
+import json
 import os
+import pathlib
 import platform
+import subprocess
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _proc_field(path, prefix):
@@ -52,3 +59,20 @@ def current_rss_mib():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024.0
     return float("nan")
+
+
+def run_backend_child(code, backend, threads, payload, timeout=1800):
+    """Run `code` (Python source; `sys.argv[1]` holds `payload` as JSON) in a fresh process
+    with KERAS_BACKEND=backend on the CPU with `threads` threads, from the repository root.
+    Returns `(result, None)`, the JSON the child printed on a line starting "RESULT ", or
+    `(None, why)` with the last line of its error output when it printed none."""
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
+               CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu", OMP_NUM_THREADS=str(threads),
+               PYTHONPATH=str(REPO), TF_NUM_INTRAOP_THREADS=str(threads),
+               TF_NUM_INTEROP_THREADS=str(threads))
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(payload)], env=env,
+                          capture_output=True, text=True, cwd=REPO, timeout=timeout)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode or not line:
+        return None, str(proc.stderr.strip().splitlines()[-1:])
+    return json.loads(line[0][len("RESULT "):]), None

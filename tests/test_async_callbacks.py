@@ -11,26 +11,15 @@ import pytest
 from tests.backends import run_in_backend
 from tests.test_zoo_train import TINY
 
-# A probe async-safe like the rest: it records whether each batch-end hook ran on the main
-# thread (where Keras runs every hook of a list that has one callback not async-safe).
 PROBE = """
-import threading
 import keras
-
-class ThreadProbe(keras.callbacks.Callback):
-    async_safe = True
-
-    def __init__(self):
-        super().__init__()
-        self.on_main = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.on_main.append(threading.current_thread() is threading.main_thread())
+from tflm.callbacks import HookThreads
 """
 
 
 def run_with_probe(code):
-    """`code` under JAX, after `PROBE`; returns its last line of output, parsed as JSON."""
+    """`code` under JAX, after `PROBE` (which imports `tflm.callbacks.HookThreads`, a probe
+    as async-safe as the rest); returns its last line of output, parsed as JSON."""
     out = run_in_backend("jax", PROBE + textwrap.dedent(code))
     return json.loads(out.strip().splitlines()[-1])
 
@@ -78,7 +67,7 @@ def test_nan_and_ctrl_c_reach_fit_from_the_worker_thread():
         def fit(x, *more):
             model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
             model.compile(optimizer="sgd", loss="mse")
-            probe = ThreadProbe()
+            probe = HookThreads()
             try:
                 model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0, shuffle=False,
                           callbacks=[StopOnNaN(), interrupt.CheckCtrlC(),
@@ -125,7 +114,7 @@ def test_words_per_second_times_the_loop_when_its_hook_runs_late():
         x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         model.compile(optimizer="sgd", loss="mse")
-        probe = ThreadProbe()
+        probe = HookThreads()
         history = model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0,
                             validation_data=(x, x[:, :1]),
                             callbacks=[WordsPerSecond(1000), SlowValidation(), probe])
@@ -159,7 +148,7 @@ def test_tensorboard_is_async_safe_only_where_it_writes_nothing_per_batch(tmp_pa
         x = np.ones((32, 4), "float32")
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         model.compile(optimizer="sgd", loss="mse")
-        probe = ThreadProbe()
+        probe = HookThreads()
         model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, validation_data=(x, x[:, :1]),
                   callbacks=[AsyncSafeTensorBoard(logs), probe])
         tags = {{}}
@@ -196,3 +185,16 @@ def test_progress_bar_skips_an_update_older_than_its_position(capsys):
     bar.on_train_batch_end(6, {"loss": 1.5})
     assert bar.seen == 7
     assert "loss: 9.0" not in capsys.readouterr().out
+
+
+def test_hook_threads_says_main_on_tensorflow():
+    import keras
+    import numpy as np
+    from tflm.callbacks import HookThreads
+    probe = HookThreads()
+    assert probe.where is None
+    x = np.ones((16, 4), "float32")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0, callbacks=[probe])
+    assert probe.on_main == [True, True] and probe.where == "main"

@@ -9,7 +9,8 @@ dispatch) can overlap the step (on an accelerator, or on CPU cores the step leav
 instead of adding to it. Async-safe means: no access to
 `self.model` (on JAX that writes the state back to the variables mid-step) and correct when
 calls come concurrently or out of order. An exception raised in a hook reaches `fit` at the
-next batch, or at the end of the epoch before any `on_epoch_end` runs.
+next batch, or at the end of the epoch before any `on_epoch_end` runs. `HookThreads` tells
+on which thread a `fit`'s hooks ran.
 """
 
 import math
@@ -80,6 +81,33 @@ class WordsPerSecond(keras.callbacks.Callback):
             logs["first_step_seconds"] = self._first or 0.0
             logs["validation_seconds"] = ((self._test_end or end) - self._test_start
                                           if self._test_start is not None else 0.0)
+
+
+class HookThreads(keras.callbacks.Callback):
+    """Records, for every training batch, whether its batch-end hooks ran on the main thread:
+    whether a `fit` dispatched its steps asynchronously (see the module docstring).
+
+    Attributes:
+        on_main: one bool per training batch so far.
+        where: "main" (Keras ran the hooks on the training thread: a callback in the list is
+            not async-safe, or the backend is TensorFlow), "worker" (every hook on Keras'
+            worker thread), "both", or None before the first batch.
+    """
+
+    async_safe = True
+
+    def __init__(self):
+        super().__init__()
+        self.on_main = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.on_main.append(threading.current_thread() is threading.main_thread())
+
+    @property
+    def where(self):
+        if not self.on_main:
+            return None
+        return "main" if all(self.on_main) else "worker" if not any(self.on_main) else "both"
 
 
 class BitsPerCharacter(keras.callbacks.Callback):
