@@ -139,7 +139,9 @@ class StopOnNaN(keras.callbacks.Callback):
     diverged weights, so the last good checkpoint stays the last one written: put it first
     in the callback list. Async-safe (it reads only the logs): where Keras runs batch hooks
     on a worker thread, the error reaches `fit` at the next batch or at the epoch's end,
-    before any `on_epoch_end`.
+    before any `on_epoch_end`, and the step it names may be one of the few after the first
+    non-finite one (the hook that noticed first; the logs are running means, non-finite
+    from then on).
 
     Args:
         monitor: the batch-log keys to check after every step. Default ("loss",
