@@ -213,17 +213,16 @@ class EpochProgbar(keras.callbacks.ProgbarLogger):
         super().set_params(params)
         self.epochs = self.total_epochs
 
-    def on_train_batch_end(self, batch, logs=None):
+    def _unless_stale(self, hook, batch, logs):
         with self._lock:
             if batch + 1 > self.seen:
-                super().on_train_batch_end(batch, logs)
+                hook(batch, logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._unless_stale(super().on_train_batch_end, batch, logs)
 
     def on_test_batch_end(self, batch, logs=None):
-        with self._lock:
-            if batch + 1 > self.seen:
-                super().on_test_batch_end(batch, logs)
+        self._unless_stale(super().on_test_batch_end, batch, logs)
 
     def on_predict_batch_end(self, batch, logs=None):
-        with self._lock:
-            if batch + 1 > self.seen:
-                super().on_predict_batch_end(batch, logs)
+        self._unless_stale(super().on_predict_batch_end, batch, logs)
