@@ -2,14 +2,14 @@
 
     python bench/bench_reference_throughput.py --reference /path/to/awd-lstm-lm \
         [--backends tensorflow torch jax] [--threads 1 2] [--repeats 3] \
-        [--train-tokens 100000] [--out /tmp/throughput] [--no-publish]
+        [--train-tokens 100000] [--device cpu|gpu] [--out /tmp/throughput] [--no-publish]
 
 `--reference` is a checkout of the published code (https://github.com/salesforce/awd-lstm-lm,
 commit 1d466ec): it is run from there, unmodified, and never copied into this repository.
 Two settings make it run on a current PyTorch without editing it: `--cuda` (the flag is
-`store_false`, so passing it selects the CPU) and `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`
-(its `torch.load` of the whole pickled model predates PyTorch 2.6's `weights_only`
-default).
+`store_false`, so passing it selects the CPU; `--device gpu` leaves it out) and
+`TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` (its `torch.load` of the whole pickled model predates
+PyTorch 2.6's `weights_only` default).
 
 The configuration (issue 17): AWD-LSTM embedding 200, 3 LSTMs of 400 (the last 200),
 tied, batch 20, bptt 35, the PTB command's dropouts (0.4 / 0.25 / 0.4 / 0.1, weight drop
@@ -62,7 +62,7 @@ from bench.frameworks.processes import worker_env  # noqa: E402
 from machine import machine_line, publish  # noqa: E402
 
 EMBED, HIDDEN, BATCH, BPTT = 200, 400, 20, 35
-REFERENCE_FLAGS = ["--cuda", "--emsize", str(EMBED), "--nhid", str(HIDDEN), "--nlayers", "3",
+REFERENCE_FLAGS = ["--emsize", str(EMBED), "--nhid", str(HIDDEN), "--nlayers", "3",
                    "--batch_size", str(BATCH), "--bptt", str(BPTT), "--dropouti", "0.4",
                    "--dropouth", "0.25", "--seed", "141", "--epochs", "1",
                    "--log-interval", "1"]
@@ -110,11 +110,13 @@ def run_reference(args, data, work, threads, tag):
     cwd = work / f"ref_{tag}"
     shutil.rmtree(cwd, ignore_errors=True)
     cwd.mkdir(parents=True)  # the reference caches its corpus in the working directory
-    env = worker_env("torch-native", "cpu", threads)
+    env = worker_env("torch-native", args.device, threads)
     env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
     log_path = work / f"ref_{tag}.log"
-    cmd = [sys.executable, "-u", str(pathlib.Path(args.reference) / "main.py"),
-           "--data", str(data), "--save", str(cwd / "model.pt"), *REFERENCE_FLAGS]
+    device_flag = ["--cuda"] if args.device == "cpu" else []  # store_false: --cuda = CPU
+    cmd = [sys.executable, "-u", str(pathlib.Path(args.reference).resolve() / "main.py"),
+           "--data", str(data), "--save", str(cwd / "model.pt"), *device_flag,
+           *REFERENCE_FLAGS]
     wall = run_process(cmd, env, cwd, log_path, threads)
     text = log_path.read_text()
     batch_ms = [float(m) for m in re.findall(r"ms/batch\s+([\d.]+)", text)]
@@ -123,6 +125,7 @@ def run_reference(args, data, work, threads, tag):
     test = float(re.search(r"test ppl\s+([\d.]+)", text).group(1))
     train_seconds = sum(batch_ms) / 1000.0
     return {"train_seconds": train_seconds, "epoch_seconds": epoch, "wall": wall,
+            "median_batch_ms": statistics.median(batch_ms[1:]),
             "valid": valid, "test": test, "batches": len(batch_ms) + 1,
             "profile": {"training loop": train_seconds,
                         "validation": epoch - train_seconds,
@@ -132,7 +135,7 @@ def run_reference(args, data, work, threads, tag):
 def run_tflm(args, data, work, threads, backend, tag):
     out = work / f"{backend}_{tag}"
     shutil.rmtree(out, ignore_errors=True)
-    env = worker_env(backend, "cpu", threads)
+    env = worker_env(backend, args.device, threads)
     # JAX: a fresh compilation cache per run (every compile counted, as a first run pays
     # them), unless --warm-jax-cache shares one across the runs (what a rerun costs)
     cache = work / ("jax_cache" if args.warm_jax_cache else f"jax_cache_{tag}")
@@ -186,7 +189,8 @@ def report(args, rows, words, load_start, load_end, minutes):
              f"Command: `python bench/bench_reference_throughput.py --reference "
              f"AWD_LSTM_LM_CHECKOUT --backends {' '.join(args.backends)} --threads "
              f"{' '.join(map(str, args.threads))} --repeats {args.repeats} --train-tokens "
-             f"{args.train_tokens}{' --warm-jax-cache' if args.warm_jax_cache else ''}` "
+             f"{args.train_tokens}{' --warm-jax-cache' if args.warm_jax_cache else ''}"
+             f"{' --device gpu' if args.device == 'gpu' else ''}` "
              f"(the reference at commit "
              f"{args.reference_commit or 'unknown'}, run from its own checkout).", "",
              f"One epoch on the first {args.train_tokens:,} PTB training tokens "
@@ -226,10 +230,15 @@ def main():
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--train-tokens", type=int, default=100_000)
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                   help="where both programs train (gpu: the reference with CUDA, tflm on "
+                        "the backend's GPU device)")
     p.add_argument("--data-dir", default=os.environ.get("TFLM_DATA_DIR", ""),
                    help="folder holding penn/ (default $TFLM_DATA_DIR)")
     p.add_argument("--out", default="/tmp/reference_throughput")
     p.add_argument("--no-reference", action="store_true", help="time tflm only")
+    p.add_argument("--reference-commit", default=None,
+                   help="the reference's commit, for a copy that is not a git checkout")
     p.add_argument("--warm-jax-cache", action="store_true",
                    help="share one JAX compilation cache across the runs (default: a fresh "
                         "one per run, so each pays its compiles)")
@@ -243,8 +252,8 @@ def main():
     source = pathlib.Path(args.data_dir) / "penn"
     if not (source / "train.txt").exists():
         p.error(f"no PTB under {source}: pass --data-dir (the folder holding penn/)")
-    args.reference_commit = None
-    if not args.no_reference:
+    if not args.no_reference and args.reference_commit is None and (
+            pathlib.Path(args.reference) / ".git").exists():  # a copy without .git: unknown
         git = subprocess.run(["git", "-C", args.reference, "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True)
         args.reference_commit = git.stdout.strip() or None
@@ -266,8 +275,10 @@ def main():
                 else:
                     result = run_tflm(args, data, work, threads, system, tag)
                 rows.setdefault((system, threads), []).append(result)
+                steady = (f" (median batch {result['median_batch_ms']:.1f} ms)"
+                          if "median_batch_ms" in result else "")
                 print(f"{system:10s} threads {threads} repeat {repeat}: "
-                      f"{words / result['train_seconds']:,.0f} words/s, whole run "
+                      f"{words / result['train_seconds']:,.0f} words/s{steady}, whole run "
                       f"{result['wall']:.1f} s, valid {result['valid']:.2f}, test "
                       f"{result['test']:.2f}", flush=True)
                 (work / "runs.json").write_text(json.dumps(

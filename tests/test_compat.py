@@ -132,7 +132,8 @@ def test_private_apis_are_used_only_in_the_compat_module():
     private = [r"keras\.src\b", r"\btorch\._[a-zA-Z]", r"\._flatten_layers\b",
                r"\._get_variable_index\b", r"_symbolic_build\b", r"\._distribute_strategy\b",
                r"\._jax_state", r"\._iterations\b", r"\._trainable_variables\b",
-               r"set_keras_mask", r"_in_multi_worker_mode", r"\bjax\._src\b"]
+               r"set_keras_mask", r"_in_multi_worker_mode", r"\bjax\._src\b",
+               r"_backend_update_step\b"]
     offenders = [f"{name}: {pattern}" for name, text in _product_sources()
                  if name != "tflm/compat.py" for pattern in private
                  if re.search(pattern, text)]
@@ -176,3 +177,58 @@ def test_torch_mkldnn_linear_and_its_backward_ops():
             np.testing.assert_allclose(db.numpy(), g.sum(0), rtol=1e-5, atol=1e-5)
         else:
             assert db is None
+
+
+def test_optimizer_backend_update_step_is_the_per_variable_loop():
+    """BaseOptimizer._backend_update_step(grads, trainable_variables, learning_rate): what
+    `apply` calls to update the variables. `compat.WholeUpdateStep` replaces it: True from
+    `update_variables` skips the per-variable `update_step`s, False runs them."""
+    from keras.src.optimizers.base_optimizer import BaseOptimizer
+    assert list(inspect.signature(BaseOptimizer._backend_update_step).parameters) == [
+        "self", "grads", "trainable_variables", "learning_rate"]
+
+    class Probe(compat.WholeUpdateStep, keras.optimizers.Optimizer):
+        def __init__(self, together):
+            super().__init__(learning_rate=0.5)
+            self.together, self.calls = together, []
+
+        def update_variables(self, grads, variables, learning_rate):
+            self.calls.append(("together", len(variables)))
+            if self.together:
+                for g, v in zip(grads, variables):
+                    v.assign_sub(g * learning_rate)
+            return self.together
+
+        def update_step(self, gradient, variable, learning_rate):
+            self.calls.append(("one",))
+            variable.assign_sub(gradient * learning_rate)
+
+    for together in (True, False):
+        variables = [keras.Variable(np.ones(2, "float32"), name=n) for n in "ab"]
+        probe = Probe(together)
+        probe.apply([np.full(2, 2.0, "float32")] * 2, variables)
+        want = [("together", 2)] + ([] if together else [("one",), ("one",)])
+        assert probe.calls == want
+        for v in variables:
+            np.testing.assert_array_equal(np.asarray(v), np.zeros(2))
+
+
+def test_torch_foreach_kernels():
+    """torch._foreach_norm / _foreach_mul (a 0-d tensor and a number) / _foreach_sub_ /
+    _foreach_add_ against NumPy."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    a = [rng.normal(size=s).astype("float32") for s in ((3, 4), (5,))]
+    b = [rng.normal(size=x.shape).astype("float32") for x in a]
+    ta, tb = [torch.tensor(x) for x in a], [torch.tensor(x) for x in b]
+    norms = [float(n) for n in compat.torch_foreach_norm(ta)]
+    np.testing.assert_allclose(norms, [np.linalg.norm(x) for x in a], rtol=1e-6)
+    for factor in (torch.tensor(0.25), 0.25):
+        for got, x in zip(compat.torch_foreach_mul(ta, factor), a):
+            np.testing.assert_array_equal(got.numpy(), x * np.float32(0.25))
+    compat.torch_foreach_sub_(ta, tb)
+    for got, x, y in zip(ta, a, b):
+        np.testing.assert_array_equal(got.numpy(), x - y)
+    compat.torch_foreach_add_(ta, tb)
+    for got, x, y in zip(ta, a, b):
+        np.testing.assert_array_equal(got.numpy(), (x - y) + y)

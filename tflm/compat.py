@@ -134,3 +134,51 @@ class TokenWindowBuild:
             return None
         return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
 
+
+class WholeUpdateStep:
+    """Mixin for a `keras.optimizers.Optimizer`: `update_variables(grads, variables,
+    learning_rate)` may update every variable at once; returning False falls back to
+    Keras' loop of `update_step` per variable.
+
+    The optimizer implements `update_variables`."""
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        # BaseOptimizer._backend_update_step (keras/src/optimizers/base_optimizer.py) is the
+        # one place that loops `update_step` over the variables; Keras' own PyTorch
+        # optimizers override it the same way (torch_parallel_optimizer.py) to update all
+        # variables with `torch._foreach_*`. TensorFlow's override (tf.distribute) stays
+        # in charge wherever `update_variables` declines.
+        if self.update_variables(grads, trainable_variables, learning_rate):
+            return None
+        return super()._backend_update_step(grads, trainable_variables, learning_rate)
+
+
+def torch_foreach_norm(tensors):
+    """The 2-norm of each tensor in `tensors` (a list of PyTorch tensors), as a list."""
+    # torch._foreach_norm: the multi-tensor kernel torch.nn.utils.clip_grad_norm_ uses; a
+    # launch per group of tensors on a GPU instead of two per tensor. No public equivalent.
+    import torch
+    return torch._foreach_norm(tensors)
+
+
+def torch_foreach_mul(tensors, factor):
+    """`[t * factor for t in tensors]` by PyTorch's multi-tensor kernel (`factor` a 0-d
+    tensor, kept on its device: no host sync)."""
+    # torch._foreach_mul (Tensor overload): as torch_foreach_norm; what torch.optim and
+    # clip_grad_norm_ use internally.
+    import torch
+    return torch._foreach_mul(tensors, factor)
+
+
+def torch_foreach_sub_(tensors, others):
+    """`t -= o` for each pair, in place, by PyTorch's multi-tensor kernel."""
+    # torch._foreach_sub_: as torch_foreach_norm (torch.optim.SGD's foreach path).
+    import torch
+    torch._foreach_sub_(tensors, others)
+
+
+def torch_foreach_add_(tensors, others):
+    """`t += o` for each pair, in place, by PyTorch's multi-tensor kernel."""
+    # torch._foreach_add_: as torch_foreach_norm.
+    import torch
+    torch._foreach_add_(tensors, others)

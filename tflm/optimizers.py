@@ -128,7 +128,7 @@ def resolve_multipliers(multipliers, variables):
 
 
 @keras.saving.register_keras_serializable(package="tflm")
-class SGD(keras.optimizers.Optimizer):
+class SGD(compat.WholeUpdateStep, keras.optimizers.Optimizer):
     """Plain SGD with optional per-variable learning-rate multipliers.
 
         theta <- theta - learning_rate * m(theta) * g
@@ -181,6 +181,32 @@ class SGD(keras.optimizers.Optimizer):
 
     def update_step(self, gradient, variable, learning_rate):
         self._sgd_step(gradient, variable, learning_rate)
+
+    def _steps_are_plain_sgd(self):
+        """Whether this step's `update_step`s would only be `_sgd_step`s."""
+        return (type(self).update_step is SGD.update_step
+                and type(self)._sgd_step is SGD._sgd_step)
+
+    def update_variables(self, grads, variables, learning_rate):
+        """Every variable's `_sgd_step` at once, a group per multiplier, where the backend
+        updates lists of variables together (`Backend.updates_together`: PyTorch); the
+        same arithmetic, so the same bits. False (Keras' loop of `update_step`) elsewhere."""
+        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        if not self._steps_are_plain_sgd() or not backends.current().updates_together(
+                [v for _, v in pairs], [g for g, _ in pairs]):
+            return False
+        groups = {}
+        for gradient, variable in pairs:
+            multiplier = self._multipliers[compat.optimizer_variable_index(self, variable)]
+            group = groups.setdefault(multiplier, ([], []))
+            group[0].append(variable)
+            group[1].append(gradient)
+        for multiplier, (group, gradients) in groups.items():
+            rate = ops.cast(learning_rate, "float32")
+            if multiplier != 1.0:
+                rate = ops.multiply(rate, ops.cast(multiplier, "float32"))
+            backends.current().subtract_scaled(group, gradients, rate)
+        return True
 
     def get_config(self):
         config = super().get_config()
@@ -290,6 +316,11 @@ class AveragedSGD(SGD):
         # SGD-phase step: ~5 % of a step of the 200 / 400 x 3 PTB model).
         self.assign(average, ops.cond(self._averaging_active(),
                                       lambda: _blend(variable, old, k), lambda: old))
+
+    def _steps_are_plain_sgd(self):
+        """Only SGD steps this time: an eager step that knows averaging is off."""
+        return (self._averaging_known_off and type(self).update_step is AveragedSGD.update_step
+                and type(self)._sgd_step is SGD._sgd_step)
 
     def _average_deferred(self, pending, active):
         """The averages of the variables `update_step` deferred, under one `cond` on

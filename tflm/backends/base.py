@@ -108,6 +108,36 @@ class Backend:
         from keras import ops
         return ops.sum(ops.square(ops.cast(gradient, "float32")))
 
+    def global_norm(self, gradients):
+        """sqrt(sum_i ||g_i||^2) over the list `gradients` (no None), float32 scalar."""
+        from keras import ops
+        return ops.sqrt(ops.sum(ops.stack([self.squared_norm(g) for g in gradients])))
+
+    def scale_and_decay(self, gradients, factor, decay=None, variables=None):
+        """`g * factor + decay * v` for each gradient g (None stays None) and its variable
+        v (`decay` None: `g * factor`), `factor` and `decay` cast to g's dtype."""
+        from keras import ops
+        out = []
+        for i, g in enumerate(gradients):
+            if g is not None:
+                g = g * ops.cast(factor, g.dtype)
+                if decay is not None:
+                    g = g + ops.cast(decay, g.dtype) * ops.cast(variables[i], g.dtype)
+            out.append(g)
+        return out
+
+    def updates_together(self, variables, gradients):
+        """Whether `subtract_scaled` updates these variables together (PyTorch's
+        multi-tensor kernels, for dense float32 tensors). False elsewhere: there the step
+        is traced and compiled as a whole, and the optimizer's per-variable `update_step`
+        stays in charge (TensorFlow's is `tf.distribute`-aware)."""
+        return False
+
+    def subtract_scaled(self, variables, gradients, rate):
+        """`v -= g * rate` for each variable and its gradient."""
+        for variable, gradient in zip(variables, gradients):
+            variable.assign_sub(gradient * rate)
+
     def window_gradients(self, model, tokens, targets, states):
         """`(loss, grads, new_states)` for one window in evaluation mode (no dropout):
         `loss` the mean NLL of `targets` (B, T) given `tokens` (B, T) and the carried

@@ -43,21 +43,12 @@ def clip_and_scale(grads, clip_norm, scale, variables=None, weight_decay=0.0):
     `weight_decay * variable`, multiply by `scale`. Returns (new grads, norm before clipping)."""
     from tflm import backends
     backend = backends.current()
-    squares = [backend.squared_norm(g) for g in grads if g is not None]
-    norm = ops.sqrt(ops.sum(ops.stack(squares)))
+    norm = backend.global_norm([g for g in grads if g is not None])
     factor = scale
     if clip_norm is not None and clip_norm > 0:
         factor = ops.minimum(1.0, clip_norm / (norm + 1e-6)) * scale
-    out = []
-    for i, g in enumerate(grads):
-        if g is None:
-            out.append(None)
-            continue
-        g = g * ops.cast(factor, g.dtype)
-        if weight_decay:
-            g = g + ops.cast(weight_decay * scale, g.dtype) * ops.cast(variables[i], g.dtype)
-        out.append(g)
-    return out, norm
+    decay = weight_decay * scale if weight_decay else None
+    return backend.scale_and_decay(grads, factor, decay, variables), norm
 
 
 def loss_scale(optimizer):

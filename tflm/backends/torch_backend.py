@@ -3,6 +3,7 @@
 import keras
 import torch
 
+from tflm import compat
 from tflm.backends import torch_linear, torch_lstm
 from tflm.backends.base import Backend, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
@@ -41,6 +42,34 @@ class TorchBackend(Backend):
         return (loss.detach(), grads,
                 [(h.detach(), c.detach()) for h, c in new_states])
 
+    # One multi-tensor kernel launch per list instead of one or two per gradient: on a GPU
+    # the eager step is bound by the host's launches (bench/RESULTS.md, "on a GPU").
+    def global_norm(self, gradients):
+        """torch.nn.utils.clip_grad_norm_'s total norm: the 2-norm of the per-tensor
+        2-norms (`compat.torch_foreach_norm`), where every gradient is dense float32."""
+        if not _dense_float32(gradients):
+            return super().global_norm(gradients)
+        return torch.linalg.vector_norm(torch.stack(compat.torch_foreach_norm(gradients)))
+
+    def scale_and_decay(self, gradients, factor, decay=None, variables=None):
+        values = [] if decay is None else [keras.ops.convert_to_tensor(v) for v in variables]
+        if any(g is None for g in gradients) or not _dense_float32([*gradients, *values]):
+            return super().scale_and_decay(gradients, factor, decay, variables)
+        out = compat.torch_foreach_mul(gradients, _float32(factor))
+        if decay is not None:
+            compat.torch_foreach_add_(out, compat.torch_foreach_mul(values, _float32(decay)))
+        return list(out)
+
+    def updates_together(self, variables, gradients):
+        return _dense_float32(gradients) and _dense_float32(
+            [keras.ops.convert_to_tensor(v) for v in variables])
+
+    def subtract_scaled(self, variables, gradients, rate):
+        values = [keras.ops.convert_to_tensor(v) for v in variables]
+        with torch.no_grad():
+            compat.torch_foreach_sub_(values, compat.torch_foreach_mul(gradients,
+                                                                       _float32(rate)))
+
     def linear(self, x, weight, bias=None):
         """oneDNN's GEMMs on an x86 CPU (`tflm.backends.torch_linear`: half MKL's time for
         the tied output layer on an AMD EPYC), else `torch.nn.functional.linear`, which
@@ -70,3 +99,15 @@ class TorchBackend(Backend):
             cell, inputs, initial_state, mask, recurrent_kernel,
             return_sequences=return_sequences, go_backwards=go_backwards, unroll=unroll)
         return last, outputs, states, True
+
+
+def _dense_float32(tensors):
+    """Whether every item is a dense (strided) float32 PyTorch tensor, all on one device."""
+    return (all(isinstance(t, torch.Tensor) and t.dtype == torch.float32
+                and t.layout == torch.strided for t in tensors)
+            and len({t.device for t in tensors}) <= 1)
+
+
+def _float32(factor):
+    """A Python number as it is (a scalar the kernels take), else a float32 0-d tensor."""
+    return factor if isinstance(factor, (int, float)) else keras.ops.cast(factor, "float32")
