@@ -103,6 +103,31 @@ def make_trigger(training, finetune=False):
     raise ConfigError(f"unknown training.switch {switch!r}; use nonmono, epoch or none.")
 
 
+def set_window_shapes(model, training, pad):
+    """`python -m zoo.train`'s window-shape settings on `model`, for windows padded to a
+    multiple of `pad` positions (`pad_to_multiple`). Returns `pad_to_compiled_lengths`.
+
+    - `model.pad_to_compiled_lengths` (`training.pad_to_compiled_lengths`, default True;
+      JAX only): a window may run padded at a length compiled already.
+    - `model.padded_windows`: whether a training window may hold padding (False on
+      TensorFlow and PyTorch without padding: the traced step runs the mask-free LSTM loop
+      and checks the promise at run time where the backend can).
+    - `model.shortest_compiled_length` (random window lengths only): the one length that
+      nearly every training window is padded to, `tflm.data.covering_length` rounded up
+      to `pad`: one training program serves the run where a padded position costs less
+      than a compile (`tflm.backends.compiled_lengths`; the choice uses no timing)."""
+    import keras
+
+    from tflm import data
+    pad_to_compiled = bool(training.get("pad_to_compiled_lengths", True))
+    model.pad_to_compiled_lengths = pad_to_compiled
+    model.padded_windows = pad > 1 or (pad_to_compiled and keras.backend.backend() == "jax")
+    if pad_to_compiled and not training.get("fixed_windows", False):
+        model.shortest_compiled_length = data.padded_length(data.covering_length(
+            int(training.get("bptt", 70)), max_len=training.get("max_seq_len")), pad)
+    return pad_to_compiled
+
+
 def pad_to_multiple(training):
     """`training.pad_to_multiple`, default `tflm.data.default_pad_to_multiple`: 4 on JAX
     (one compiled step per padded window length instead of one per length), 1 (no padding)

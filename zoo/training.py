@@ -25,7 +25,7 @@ import pathlib
 
 from zoo import allocator, checkpoint, compilation_cache, interrupt, xla_flags
 from zoo.builders import (build_model, make_lr_schedule, make_optimizer, make_trigger,
-                          pad_to_multiple)
+                          pad_to_multiple, set_window_shapes)
 from zoo.config import check_config
 from zoo.corpora import check_split_sizes, load_data
 from zoo.errors import UserError
@@ -215,9 +215,6 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     xla_evaluation = training.get("xla_evaluation", "auto")
     model.xla_evaluation = xla_pays(xla_evaluation, corpus.valid, int(
         training.get("eval_batch_size", 10)), int(training.get("bptt", 70)))
-    # JAX: a window may run padded at a length compiled already (compiled_lengths)
-    pad_to_compiled = bool(training.get("pad_to_compiled_lengths", True))
-    model.pad_to_compiled_lengths = pad_to_compiled
     if rewrite_config:  # a resume with a new --epochs: config.json records the new total
         (out / "config.json").write_text(json.dumps(config, indent=2))
     if trigger is not None and state.get("trigger"):
@@ -232,14 +229,9 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
     max_len = training.get("max_seq_len")
     epochs = int(training.get("epochs", 1))
     pad = pad_to_multiple(training)
-    # Unpadded training windows (TensorFlow's and PyTorch's default): the traced train step
-    # runs the mask-free LSTM loop, checked at run time where the backend can
-    model.padded_windows = pad > 1 or (pad_to_compiled and keras.backend.backend() == "jax")
-    # JAX: one training program at a length nearly every random window fits serves the run
-    # (a padded position costs little there; the choice uses no timing: compiled_lengths)
-    if pad_to_compiled and not training.get("fixed_windows", False):
-        model.shortest_compiled_length = data.padded_length(
-            data.covering_length(bptt, max_len=max_len), pad)
+    # JAX: windows padded to lengths compiled already, one training program for nearly
+    # every random window; elsewhere unpadded windows run the mask-free LSTM loop
+    pad_to_compiled = set_window_shapes(model, training, pad)
     # Evaluation windows longer than bptt where the perplexity is the same (zoo.eval_window)
     def eval_window(bptt_, batch_):
         return window_for_run(config, bptt_, batch_, len(vocabulary),

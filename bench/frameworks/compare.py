@@ -19,9 +19,11 @@ Writes DIR/results.json and DIR/results.md and prints the table. Method:
   `model.fit` on the library's own path: `LanguageModel`'s train step (NLL + AR/TAR,
   global-norm clip, L2, T/bptt), carried LSTM state, `tflm.optimizers.SGD`; the windows come
   from `tflm.data` (`lm_dataset` on TensorFlow, a `keras.utils.PyDataset` of `lm_windows`
-  on JAX / PyTorch), padded to a multiple of 4 positions on JAX (`--pad-to-multiple`, as
-  `zoo.train` does: one compile per padded length; the padding is masked and its cost is
-  part of the measured speed). `--lstm-kernel` selects the LSTM kernel (the model's
+  on JAX / PyTorch), padded to a multiple of 4 positions on JAX (`--pad-to-multiple`) and
+  run, as `zoo.train` runs them, at lengths compiled already: nearly every training window
+  at one length (`--compiled-lengths auto`, `zoo.builders.set_window_shapes`; `each`: one
+  compile per padded length). The padding is masked and its cost is part of the measured
+  speed. `--lstm-kernel` selects the LSTM kernel (the model's
   `use_cudnn`); the table says which ran. **torch-native** (`bench.frameworks.torch_native`,
   `native_runner`) is plain PyTorch, `torch.lstm` with the weight-dropped matrix,
   global-norm clipping, `torch.optim.SGD` (the salesforce/awd-lstm-lm loop).
@@ -106,6 +108,10 @@ def build_parser():
                         "(tflm.data pad_to_multiple; the padding is masked). auto (default): "
                         "4 on JAX (a compile per padded length, not per length), 1 elsewhere, "
                         "as python -m zoo.train does")
+    p.add_argument("--compiled-lengths", choices=["auto", "each"], default="auto",
+                   help="JAX: auto (default) runs a window padded to a length compiled "
+                        "already, nearly every training window at one length, as python -m "
+                        "zoo.train does; each: one compiled step per padded length")
     p.add_argument("--lstm-kernel", choices=["auto", "fused", "portable"], default="auto",
                    help="Keras backends: the LSTM kernel (the model's use_cudnn): auto "
                         "(default; fused where the backend has one), fused (cuDNN on a GPU, "
@@ -194,8 +200,8 @@ def run(argv=None):
         "config": config, "steps": args.steps, "warmup": args.warmup, "epochs": args.epochs,
         "device": args.device, "precision": args.precision, "jit": args.jit,
         "eval_windows": args.eval_windows, "window_lengths": args.window_lengths,
-        "pad_to_multiple": args.pad_to_multiple, "threads": args.threads,
-        "malloc": args.malloc, "data_dir": args.data_dir, "data_path": str(out / "data.npz"),
+        "pad_to_multiple": args.pad_to_multiple, "compiled_lengths": args.compiled_lengths,
+        "threads": args.threads, "malloc": args.malloc, "data_dir": args.data_dir, "data_path": str(out / "data.npz"),
         "weights_path": str(out / "init_weights.npz"), "save_weights": args.save_weights,
     }
     init_backend = pick_init_backend()
@@ -249,8 +255,8 @@ def run(argv=None):
         "machine": machine, "preset": config["preset"], "config": config,
         "settings": {k: common[k] for k in ("steps", "warmup", "epochs", "device",
                                             "precision", "jit", "eval_windows",
-                                            "window_lengths", "pad_to_multiple", "threads",
-                                            "malloc")}
+                                            "window_lengths", "pad_to_multiple",
+                                            "compiled_lengths", "threads", "malloc")}
         | {"no_dropout": args.no_dropout, "lstm_kernel": args.lstm_kernel},
         "out": str(out), "init": init, "flops": flops, "backends": rows,
         "agreement": agreement(rows, init),

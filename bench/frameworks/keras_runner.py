@@ -5,9 +5,11 @@ trained by `LanguageModel`'s train step with `tflm.optimizers.SGD`. The windows 
 by `tflm.data` from the shared streams with the comparison's rule: `lm_dataset` on
 TensorFlow (how `python -m zoo.train` feeds it), a `keras.utils.PyDataset` of `lm_windows`
 on JAX / PyTorch, padded to a multiple of 4 positions on JAX unless `--pad-to-multiple`
-says otherwise (as `zoo.train` does; the padding is masked and its cost is part of the
-measured speed). The LSTM kernel is the model's choice (`model.use_cudnn`, set with
-`--lstm-kernel`), and which kernel ran is read from the layers.
+says otherwise, with `zoo.train`'s window shapes (`zoo.builders.set_window_shapes`: on
+JAX a window runs at a length compiled already unless `--compiled-lengths each`; the
+padding is masked and its cost is part of the measured speed). The LSTM kernel is the
+model's choice (`model.use_cudnn`, set with `--lstm-kernel`), and which kernel ran is read
+from the layers.
 """
 
 import time
@@ -99,7 +101,7 @@ def run_keras(spec):
     import keras
 
     from tflm.optimizers import SGD
-    from zoo.builders import build_model
+    from zoo.builders import build_model, set_window_shapes
 
     if keras.backend.backend() != backend:
         raise RuntimeError(f"KERAS_BACKEND={keras.backend.backend()!r}, expected {backend!r}")
@@ -120,6 +122,11 @@ def run_keras(spec):
     model.compile(optimizer=SGD(s["lr"]), jit_compile=jit)
     rss_built = rss_mib()
     pad = pad_multiple(spec.get("pad_to_multiple"), backend)
+    # zoo.train's window shapes (JAX: lengths compiled already; elsewhere the mask-free
+    # LSTM loop for unpadded windows), for this comparison's window rule
+    set_window_shapes(model, dict(
+        config["training"], fixed_windows=not window_rule(spec, s, 0)["train"],
+        pad_to_compiled_lengths=spec.get("compiled_lengths", "auto") == "auto"), pad)
 
     train_streams = data["train_streams"]
     epoch0 = Windows(train_streams, s["bptt"], window_rule(spec, s, 0))
