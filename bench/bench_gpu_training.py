@@ -168,15 +168,9 @@ def main():
     if not args.reference or not (pathlib.Path(args.reference) / "main.py").exists():
         p.error(f"--reference {args.reference}: no main.py there; pass a checkout of "
                 "https://github.com/salesforce/awd-lstm-lm")
-    if args.reference_commit is None and (pathlib.Path(args.reference) / ".git").exists():
-        git = subprocess.run(["git", "-C", args.reference, "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True)
-        args.reference_commit = git.stdout.strip() or None
-    work = pathlib.Path(args.out)
-    work.mkdir(parents=True, exist_ok=True)
-    data = work / "data"
-    tokens = throughput.make_data(source, data, args.train_tokens)
-    words = (tokens // throughput.BATCH - 1) * throughput.BATCH
+    if args.reference_commit is None:
+        args.reference_commit = throughput.reference_commit(args.reference)
+    work, data, words = throughput.prepare_run(source, args.out, args.train_tokens)
     started = time.perf_counter()
     runs, device_name = {}, args.device
     for repeat in range(args.repeats):

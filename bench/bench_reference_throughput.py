@@ -87,6 +87,25 @@ def make_data(source, folder, train_tokens):
     return count
 
 
+def reference_commit(reference):
+    """The short commit of the reference checkout `reference`, or None (a copy without
+    `.git`)."""
+    if not (pathlib.Path(reference) / ".git").exists():
+        return None
+    git = subprocess.run(["git", "-C", str(reference), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True)
+    return git.stdout.strip() or None
+
+
+def prepare_run(source, out, train_tokens):
+    """The output folder `out` (made), its data folder of `make_data`, and the training
+    target tokens of one pass at batch `BATCH`."""
+    work = pathlib.Path(out)
+    work.mkdir(parents=True, exist_ok=True)
+    tokens = make_data(source, work / "data", train_tokens)
+    return work, work / "data", (tokens // BATCH - 1) * BATCH
+
+
 def pinned_to(threads):
     """A `preexec_fn` confining the child to the first `threads` CPUs it may use."""
     cpus = sorted(os.sched_getaffinity(0))[:max(1, int(threads))]
@@ -252,16 +271,9 @@ def main():
     source = pathlib.Path(args.data_dir) / "penn"
     if not (source / "train.txt").exists():
         p.error(f"no PTB under {source}: pass --data-dir (the folder holding penn/)")
-    if not args.no_reference and args.reference_commit is None and (
-            pathlib.Path(args.reference) / ".git").exists():  # a copy without .git: unknown
-        git = subprocess.run(["git", "-C", args.reference, "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True)
-        args.reference_commit = git.stdout.strip() or None
-    work = pathlib.Path(args.out)
-    work.mkdir(parents=True, exist_ok=True)
-    data = work / "data"
-    tokens = make_data(source, data, args.train_tokens)
-    words = (tokens // BATCH - 1) * BATCH
+    if not args.no_reference and args.reference_commit is None:
+        args.reference_commit = reference_commit(args.reference)
+    work, data, words = prepare_run(source, args.out, args.train_tokens)
     load_start = "/".join(f"{x:.2f}" for x in os.getloadavg())
     started = time.perf_counter()
     rows = {}
