@@ -104,8 +104,8 @@ def report(args, runs, minutes, device_name, date=None, host=None):
              f"`tools/compare_frameworks.py`, {args.steps} windows, the first {args.warmup} "
              "and any that traced left out), medians of "
              f"{args.repeats} alternating run(s). Words/s = mean window tokens / median step. "
-             "First steps s: the steps that traced or compiled (JAX: one program per padded "
-             "window length).", "",
+             "First steps s: the steps that traced or compiled (JAX: a program per window "
+             "length it ran at).", "",
              "| system | median step ms | words/s | vs reference | first steps s | valid ppl "
              "after | peak memory MiB | LSTM kernel |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
