@@ -190,10 +190,7 @@ def main():
         {"settings": settings, "device": device_name, "host": machine_line(),
          "minutes": minutes, "date": date, "runs": runs}, indent=1))
     table = report(args, runs, minutes, device_name, date)
-    if args.no_publish:
-        print(table)
-    else:
-        publish(table, args.results)
+    publish(table, None if args.no_publish else args.results)
 
 
 if __name__ == "__main__":

@@ -298,10 +298,7 @@ def main():
     load_end = "/".join(f"{x:.2f}" for x in os.getloadavg())
     table = report(args, rows, words, load_start, load_end,
                    (time.perf_counter() - started) / 60)
-    if args.no_publish:
-        print(table)
-    else:
-        publish(table, args.results)
+    publish(table, None if args.no_publish else args.results)
 
 
 if __name__ == "__main__":

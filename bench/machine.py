@@ -40,10 +40,12 @@ def machine_line():
 
 
 def publish(table, results_path):
-    """Print a results table and append it to the results file."""
+    """Print a results table and append it to the results file (None: print only, as a
+    script's `--no-publish` asks)."""
     print(table)
-    with open(results_path, "a") as f:
-        f.write("\n" + table)
+    if results_path is not None:
+        with open(results_path, "a") as f:
+            f.write("\n" + table)
 
 
 def peak_rss_mib():

@@ -186,10 +186,7 @@ def main():
     minutes = (time.perf_counter() - total) / 60
     load_end = os.getloadavg()
     table = report(args, rows, reports, load_start, load_end, minutes)
-    if args.no_publish:
-        print(table)
-    else:
-        publish(table, args.results)
+    publish(table, None if args.no_publish else args.results)
 
 
 def published(preset_name):
