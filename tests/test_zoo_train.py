@@ -127,6 +127,9 @@ def test_cli_module_runs_without_start_up_noise(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "valid perplexity" in proc.stdout
     assert not START_UP_NOISE.findall(proc.stderr), proc.stderr[-2000:]
+    # the command line froze the start-up's objects, then the model's (zoo.python_gc)
+    frozen = json.loads((tmp_path / "cli" / "metrics.json").read_text())["gc_frozen"]
+    assert len(frozen) == 2 and frozen[0] > 100_000 and frozen[1] > 0
 
 
 def _cli(args, kill_after_checkpoint=False):

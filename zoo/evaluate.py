@@ -125,11 +125,14 @@ def build_parser():
 
 
 def main(argv=None):
+    from zoo import python_gc
+    python_gc.hold_during_start()  # no full collections while the frameworks import
     args = build_parser().parse_args(argv)
     from zoo import allocator, quiet_start, xla_flags
     allocator.keep_freed_memory()  # before any framework starts its threads
     xla_flags.fast_cpu_compiles()  # before JAX starts its backend
     quiet_start.start()
+    python_gc.freeze_long_lived()  # the frameworks' objects: no full GC walks them
     from zoo.run_scalars import evaluated_epoch, log_scalars
     from zoo.saved_run import open_run, vocabulary_note
     prog = "zoo.evaluate"
@@ -158,4 +161,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from zoo import python_gc
+    python_gc.command_line_process()
     sys.exit(main())

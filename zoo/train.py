@@ -150,7 +150,8 @@ def main(argv=None):
     """Run the command line; returns the exit code: 0, 2 for an error the user fixes by
     changing the command (a one-line message), 3 when training diverged, 130 on Ctrl-C
     (a one-line message saying how to continue)."""
-    from zoo import allocator, interrupt, quiet_start, xla_flags
+    from zoo import allocator, interrupt, python_gc, quiet_start, xla_flags
+    python_gc.hold_during_start()  # no full collections while the frameworks import
     allocator.keep_freed_memory()  # before any framework starts its threads
     xla_flags.fast_cpu_compiles()  # before JAX starts its backend
     args = out = None
@@ -189,11 +190,13 @@ def _main(args, out):
     """`main` after the start: train into `out`, or print the one-line error."""
     from tflm.callbacks import TrainingDiverged
     from tflm.data import CorpusNotFoundError
+    from zoo import python_gc
     from zoo.checkpoint import CheckpointError
     from zoo.config import resolve_config
     from zoo.heads import head_names
     from zoo.resume import refuse_fixed_flags
     from zoo.training import run
+    python_gc.freeze_long_lived()  # the frameworks' objects: no full GC walks them
     try:
         if args.head is not None and args.head not in head_names():
             raise UserError(f"unknown head {args.head!r}; choose one of "
@@ -224,4 +227,6 @@ def _main(args, out):
 
 
 if __name__ == "__main__":
+    from zoo import python_gc
+    python_gc.command_line_process()
     sys.exit(main())

@@ -23,7 +23,7 @@ import json
 import math
 import pathlib
 
-from zoo import allocator, checkpoint, compilation_cache, interrupt, xla_flags
+from zoo import allocator, checkpoint, compilation_cache, interrupt, python_gc, xla_flags
 from zoo.builders import (build_model, make_lr_schedule, make_optimizer, make_trigger,
                           pad_to_multiple, set_window_shapes)
 from zoo.config import check_config
@@ -257,6 +257,7 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
              TopPredictionsText(out / "logs", fixed_contexts(corpus.valid), vocabulary)]
     progress = [EpochProgbar(epochs)] if verbose == 1 else []
     history, best = state["history"], state["best"]
+    python_gc.freeze_long_lived()  # the model and the datasets: the epochs' GCs skip them
     best_validated_as_saved = False  # best.keras holds the weights fit validated (below)
     for epoch in range(state["epoch"], epochs):
         if getattr(trigger, "stopped", False):  # the non-monotonic rule ended finetuning
@@ -315,6 +316,8 @@ def _train(config, out, run_dir, corpus, optimal, trigger, schedule, verbose, st
         results["allocator"] = allocator.settings_made()
     if xla_flags.flags_added():  # XLA_FLAGS as zoo.train set them (zoo.xla_flags)
         results["xla_flags"] = xla_flags.flags_added()
+    if python_gc.frozen_counts():  # objects zoo.train froze (zoo.python_gc)
+        results["gc_frozen"] = python_gc.frozen_counts()
     results["train_perplexity"] = best.get("perplexity")
     results["train_perplexity_note"] = ("with dropout, averaged over the training epoch" if
                                         best["epoch"] else "the finetuned-from model was kept")
