@@ -40,12 +40,43 @@ def test_settings_per_backend_and_what_the_user_set_wins():
             "sys.argv[1] if len(sys.argv) > 1 else None); "
             "print(json.dumps([made, allocator.settings_made()]))")
     keep = {"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": 2 ** 31 - 1}
-    assert _python(code, KERAS_BACKEND="jax") == [{**keep, "M_ARENA_MAX": 1}] * 2
-    assert _python(code, KERAS_BACKEND="tensorflow") == [keep] * 2  # one arena: JAX only
+    inline = {"jax_cpu_enable_async_dispatch": False}
+    assert _python(code, KERAS_BACKEND="jax") == [{**keep, **inline}] * 2
+    assert _python(code, KERAS_BACKEND="tensorflow") == [keep] * 2  # inline runs: JAX only
     assert _python(code, KERAS_BACKEND="torch") == [keep] * 2
-    user = _python(code, KERAS_BACKEND="jax", MALLOC_ARENA_MAX="4")
-    assert user[0] == keep
+    user = _python(code, KERAS_BACKEND="jax", MALLOC_MMAP_MAX_="4")
+    assert user[0] == {"M_TRIM_THRESHOLD": 2 ** 31 - 1, **inline}
     assert _python(code, KERAS_BACKEND="jax", TFLM_MALLOC="default") == [{}, {}]
+
+
+def test_jax_cpu_programs_run_inline_and_only_before_the_backend_starts():
+    """After `keep_freed_memory("jax")` a program has finished when its call returns (JAX's
+    CPU client ran it on the calling thread); by default a large one is still running. Once
+    JAX's backend has started the flag is no longer read, and nothing is set."""
+    code = """
+import json
+from zoo import allocator
+case = CASE
+if case == "started":
+    import jax
+    jax.numpy.ones(1)
+made = allocator.keep_freed_memory("jax") if case != "default" else {}
+import jax, jax.numpy as jnp
+x = jnp.ones((1500, 1500))
+f = jax.jit(lambda a: (a @ a @ a @ a).sum())
+f(x).block_until_ready()
+ready = [f(x).is_ready() for _ in range(5)]
+print(json.dumps([made.get("jax_cpu_enable_async_dispatch"), ready]))
+"""
+    def run(case):
+        return _python(code.replace("CASE", repr(case)), KERAS_BACKEND="jax")
+
+    inline, ready = run("keep")
+    assert inline is False and all(ready)
+    _, ready = run("default")
+    assert not all(ready)  # asynchronous dispatch: the call returns before the result
+    inline, _ = run("started")
+    assert inline is None
 
 
 @needs_glibc

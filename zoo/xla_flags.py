@@ -10,7 +10,8 @@ bench/RESULTS.md, jaxlib 0.10.2):
         XLA:CPU emits its loop fusions through MLIR fusion emitters by default; this sends
         them through its older LLVM IR emitters. Train step compile at two threads
         2.40-2.46 -> 1.93-1.97 s (4.0-4.5 -> 2.4-3.4 s inside `zoo.train`, whose single
-        malloc arena slows compiling); the first step at one thread 5.3-5.6 -> 3.9-4.2 s;
+        malloc arena slowed compiling then: `zoo.allocator`); the first step at one thread
+        5.3-5.6 -> 3.9-4.2 s;
         the steps after it 175.9 / 180.0 against 175.8 / 182.1 ms at one thread.
     --xla_backend_optimization_level=2      (CPU-only runs)
         LLVM's -O2 pipeline instead of -O3 (the vectorizers stay; fast-math stays off at
@@ -46,9 +47,8 @@ seed that differed in summation order only ended at 761 and 786, bench/RESULTS.m
 import importlib.metadata
 import importlib.util
 import os
-import sys
 
-from zoo.allocator import keras_backend_name
+from zoo.allocator import jax_backend_started, keras_backend_name
 
 FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 OPTIMIZATION_LEVEL = "--xla_backend_optimization_level=2"
@@ -73,11 +73,7 @@ def jaxlib_verified():
 
 
 def _jax_backend_started():
-    """Whether JAX has started its backend (without importing tflm where JAX is not loaded:
-    before a run starts, importing Keras would start the framework's imports too early)."""
-    if "jax" not in sys.modules:
-        return False
-    from tflm.compat import jax_backend_started
+    """Whether JAX has started its backend (`zoo.allocator.jax_backend_started`)."""
     return jax_backend_started()
 
 
