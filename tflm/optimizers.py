@@ -192,7 +192,8 @@ class SGD(compat.WholeUpdateStep, keras.optimizers.Optimizer):
         updates lists of variables together (`Backend.updates_together`: PyTorch); the
         same arithmetic, so the same bits. False (Keras' loop of `update_step`) elsewhere."""
         pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
-        if not self._steps_are_plain_sgd() or not backends.current().updates_together(
+        backend = backends.current()
+        if not self._steps_are_plain_sgd() or not backend.updates_together(
                 [v for _, v in pairs], [g for g, _ in pairs]):
             return False
         groups = {}
@@ -201,11 +202,11 @@ class SGD(compat.WholeUpdateStep, keras.optimizers.Optimizer):
             group = groups.setdefault(multiplier, ([], []))
             group[0].append(variable)
             group[1].append(gradient)
+        rate = ops.cast(learning_rate, "float32")
         for multiplier, (group, gradients) in groups.items():
-            rate = ops.cast(learning_rate, "float32")
-            if multiplier != 1.0:
-                rate = ops.multiply(rate, ops.cast(multiplier, "float32"))
-            backends.current().subtract_scaled(group, gradients, rate)
+            scaled = rate if multiplier == 1.0 else ops.multiply(
+                rate, ops.cast(multiplier, "float32"))
+            backend.subtract_scaled(group, gradients, scaled)
         return True
 
     def get_config(self):

@@ -48,7 +48,8 @@ import importlib.metadata
 import importlib.util
 import os
 
-from zoo.allocator import jax_backend_started, keras_backend_name
+from zoo.allocator import jax_backend_started as _jax_backend_started
+from zoo.allocator import keras_backend_name
 
 FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 OPTIMIZATION_LEVEL = "--xla_backend_optimization_level=2"
@@ -70,11 +71,6 @@ def jaxlib_verified():
     """Whether the installed jaxlib is one the flags were measured on (`VERIFIED_JAXLIB`)."""
     version, (first, last) = _jaxlib_version(), VERIFIED_JAXLIB
     return version is not None and first <= version < last
-
-
-def _jax_backend_started():
-    """Whether JAX has started its backend (`zoo.allocator.jax_backend_started`)."""
-    return jax_backend_started()
 
 
 def cpu_only():

@@ -201,7 +201,8 @@ def run(argv=None):
         "device": args.device, "precision": args.precision, "jit": args.jit,
         "eval_windows": args.eval_windows, "window_lengths": args.window_lengths,
         "pad_to_multiple": args.pad_to_multiple, "compiled_lengths": args.compiled_lengths,
-        "threads": args.threads, "malloc": args.malloc, "data_dir": args.data_dir, "data_path": str(out / "data.npz"),
+        "threads": args.threads, "malloc": args.malloc, "data_dir": args.data_dir,
+        "data_path": str(out / "data.npz"),
         "weights_path": str(out / "init_weights.npz"), "save_weights": args.save_weights,
     }
     init_backend = pick_init_backend()
