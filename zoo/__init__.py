@@ -17,17 +17,17 @@ using any of them: `keras.saving.load_model` needs zoo's classes registered).
 import importlib
 
 _EXPORTS = {
-    "AWDLSTM": "zoo.awd_lstm",
-    "AWDLSTMBackbone": "zoo.backbone",
-    "head_names": "zoo.heads",
-    "make_head": "zoo.heads",
+    "AWDLSTM": "zoo.models.awd_lstm.awd_lstm_lm",
+    "AWDLSTMBackbone": "zoo.models.awd_lstm.awd_lstm_backbone",
+    "head_names": "zoo.models.heads",
+    "make_head": "zoo.models.heads",
     "from_preset": "zoo.presets",
     "list_presets": "zoo.presets",
     "load_preset": "zoo.presets",
-    "load_model": "zoo.saving",
-    "transfer_weights": "zoo.transfer",
-    "ZarembaLSTM": "zoo.zaremba",
-    "ZarembaBackbone": "zoo.zaremba_backbone",
+    "load_model": "zoo.models.saving",
+    "transfer_weights": "zoo.models.transfer",
+    "ZarembaLSTM": "zoo.models.zaremba.zaremba_lm",
+    "ZarembaBackbone": "zoo.models.zaremba.zaremba_backbone",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -39,6 +39,7 @@ import time
 import numpy as np
 
 from zoo.errors import UserError
+from zoo.runtime.command import imports_done, run_command, start_command
 
 # pointer.py's argparse defaults (its WT2 values).
 DEFAULTS = {"window": 3785, "theta": 0.6625523432485668, "lambdasm": 0.12785920428335693,
@@ -168,11 +169,11 @@ def build_parser():
 
 
 def main(argv=None):
+    start_command()
     args = build_parser().parse_args(argv)
-    from zoo import quiet_start
-    quiet_start.start()
-    from zoo.run_scalars import evaluated_epoch, log_scalars
-    from zoo.saved_run import open_run, vocabulary_note
+    imports_done()
+    from zoo.runs.run_scalars import evaluated_epoch, log_scalars
+    from zoo.runs.saved_run import open_run, vocabulary_note
     prog = "zoo.cache_pointer"
     try:
         run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir)
@@ -206,4 +207,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

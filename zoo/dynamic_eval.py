@@ -62,6 +62,7 @@ import time
 import numpy as np
 
 from zoo.errors import UserError
+from zoo.runtime.command import imports_done, run_command, start_command
 
 DEFAULTS = {"lamb": 0.02, "lr": 0.002, "epsilon": 0.001, "batch_size": 100, "bptt": 5,
             "scaling": "old"}
@@ -277,11 +278,11 @@ def build_parser():
 
 
 def main(argv=None):
+    start_command()
     args = build_parser().parse_args(argv)
-    from zoo import quiet_start
-    quiet_start.start()
-    from zoo.run_scalars import evaluated_epoch, log_scalars
-    from zoo.saved_run import open_run, vocabulary_note
+    imports_done()
+    from zoo.runs.run_scalars import evaluated_epoch, log_scalars
+    from zoo.runs.saved_run import open_run, vocabulary_note
     prog = "zoo.dynamic_eval"
     try:
         run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir)
@@ -328,4 +329,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

@@ -4,11 +4,11 @@
         [--bptt T] [--window auto|bptt|T] [--corpus NAME] [--data-dir DIR] [--json OUT]
         [--quiet]
 
-The pass is the one `python -m zoo.train` ends with (`zoo.training`): the split batchified
+The pass is the one `python -m zoo.train` ends with (`zoo.runs.training`): the split batchified
 into `--batch-size` streams (the references' test protocol, batch 1, is the default), cut
 into windows of `--bptt` (default: the run's final-evaluation bptt, else 70), the state
 carried from window to window, evaluation mode, `model.evaluate`; computed at the longer
-windows `--window` names (default: as the run did, `zoo.eval_window`), which give the same
+windows `--window` names (default: as the run did, `zoo.runs.eval_window`), which give the same
 log-probabilities when the state carries; perplexity =
 exp(total NLL / tokens predicted), and for a character-level corpus (`ptb-char`) bits per
 character, bpc = total NLL / (tokens ln 2) = log2(perplexity). With the run's own batch size and bptt it reproduces
@@ -31,6 +31,7 @@ import sys
 import time
 
 from zoo.errors import UserError
+from zoo.runtime.command import imports_done, run_command, start_command
 
 EVALUATIONS_FILE = "evaluations.json"
 DEFAULT_BPTT = 70
@@ -46,8 +47,8 @@ def run_bptt(config):
 
 def run_window(config, split_bptt, batch_size, vocab_size, carries_state, setting=None):
     """The window `zoo.train` computes a pass at `batch_size` x `split_bptt` with
-    (`zoo.eval_window.window_for_run`), a bad `setting` as a `UserError`."""
-    from zoo.eval_window import window_for_run
+    (`zoo.runs.eval_window.window_for_run`), a bad `setting` as a `UserError`."""
+    from zoo.runs.eval_window import window_for_run
     try:
         return window_for_run(config, split_bptt, batch_size, vocab_size, carries_state,
                               setting)
@@ -56,11 +57,11 @@ def run_window(config, split_bptt, batch_size, vocab_size, carries_state, settin
 
 
 def evaluate(run, split="test", batch_size=1, bptt=None, verbose=0, window=None):
-    """Evaluate `run` (a `zoo.saved_run.SavedRun`) on `split`; returns the result dict.
+    """Evaluate `run` (a `zoo.runs.saved_run.SavedRun`) on `split`; returns the result dict.
     `window`: the window computed with ("auto", "bptt" or an integer; default the run's
-    setting, else "auto"): the perplexity is the bptt windows' (`zoo.eval_window`)."""
+    setting, else "auto"): the perplexity is the bptt windows' (`zoo.runs.eval_window`)."""
     from tflm import data
-    from zoo.builders import pad_to_multiple
+    from zoo.runs.builders import pad_to_multiple
 
     bptt = run_bptt(run.config) if bptt is None else int(bptt)
     if batch_size < 1 or bptt < 1:
@@ -115,7 +116,7 @@ def build_parser():
     p.add_argument("--bptt", type=int, help="the protocol's window length (default: the "
                    "run's, else 70)")
     p.add_argument("--window", type=_window, help='the window computed with: "auto" '
-                   '(longer windows, the same perplexity: zoo.eval_window), "bptt", or a '
+                   '(longer windows, the same perplexity: zoo.runs.eval_window), "bptt", or a '
                    "length (default: the run's training.eval_window, else auto)")
     p.add_argument("--corpus", help="the corpus, when not the run's own")
     p.add_argument("--data-dir")
@@ -125,16 +126,11 @@ def build_parser():
 
 
 def main(argv=None):
-    from zoo import python_gc
-    python_gc.hold_during_start()  # no full collections while the frameworks import
+    start_command()
     args = build_parser().parse_args(argv)
-    from zoo import allocator, quiet_start, xla_flags
-    allocator.keep_freed_memory()  # before any framework starts its threads
-    xla_flags.fast_cpu_compiles()  # before JAX starts its backend
-    quiet_start.start()
-    python_gc.freeze_long_lived()  # the frameworks' objects: no full GC walks them
-    from zoo.run_scalars import evaluated_epoch, log_scalars
-    from zoo.saved_run import open_run, vocabulary_note
+    imports_done()  # the frameworks' objects: no full GC walks them
+    from zoo.runs.run_scalars import evaluated_epoch, log_scalars
+    from zoo.runs.saved_run import open_run, vocabulary_note
     prog = "zoo.evaluate"
     try:
         run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir)
@@ -161,6 +157,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from zoo import python_gc
-    python_gc.command_line_process()
-    sys.exit(main())
+    run_command(main)

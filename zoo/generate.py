@@ -18,7 +18,7 @@ the cumulative distribution in id order, so a seed gives the same text on every 
 backend (the model itself is deterministic in evaluation mode; a word can differ only where
 a uniform number falls within float rounding of a boundary between two words).
 
-CLI (`RUN_DIR|MODEL.keras`: see `zoo.saved_run`; the run's `vocab.txt` gives the words):
+CLI (`RUN_DIR|MODEL.keras`: see `zoo.runs.saved_run`; the run's `vocab.txt` gives the words):
 
     python -m zoo.generate RUN_DIR --words 100 [--temperature 1.0] [--seed 1111]
         [--prompt "the company said"] [--top-k K] [--corpus NAME] [--data-dir DIR]
@@ -40,6 +40,7 @@ import sys
 import numpy as np
 
 from zoo.errors import UserError
+from zoo.runtime.command import imports_done, run_command, start_command
 
 EOS = "<eos>"
 UNK = "<unk>"
@@ -180,7 +181,7 @@ def generate(model, vocabulary, num_words, temperature=1.0, seed=None, prompt=No
     Raises `UserError` for a bad argument or a vocabulary that is not the model's size.
 
     Example:
-        >>> run = zoo.saved_run.open_run("runs/ptb", need_corpus=False)
+        >>> run = zoo.runs.saved_run.open_run("runs/ptb", need_corpus=False)
         >>> generate(run.model, run.vocabulary, 20, temperature=0.8, seed=1, prompt="the")
     """
     return [word for word, _, _ in sample_stream(model, vocabulary, num_words, temperature,
@@ -227,9 +228,9 @@ def _parser():
 
 
 def main(argv=None):
+    start_command()
     args = _parser().parse_args(argv)
-    from zoo import quiet_start
-    quiet_start.start()
+    imports_done()
     try:
         _run(args)
     except UserError as err:
@@ -242,7 +243,7 @@ def _run(args):
     import contextlib
     import pathlib
 
-    from zoo.saved_run import open_run, vocabulary_note
+    from zoo.runs.saved_run import open_run, vocabulary_note
 
     check_options(args.words, args.temperature, args.top_k)
     out = None
@@ -281,4 +282,4 @@ def _run(args):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

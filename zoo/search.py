@@ -3,17 +3,17 @@
     python -m zoo.search --preset NAME --space zhang2018_mos|SPACE.json --trials N \
         --seed S --out DIR [--epochs E] [--set key=value ...] [--data-dir D] [--quiet]
 
-Trial i draws its fields from the space (`zoo.search_space`: uniform, log-uniform, int,
+Trial i draws its fields from the space (`zoo.runs.search_space`: uniform, log-uniform, int,
 choice; constraints by rejection) with `default_rng([S, i])`, applies them to the preset
 (after `--set`, before `--epochs`, which shortens every trial), and trains it with
-`zoo.training.run` into `DIR/trial_XXX`: a normal run directory (config.json, metrics.json,
+`zoo.runs.training.run` into `DIR/trial_XXX`: a normal run directory (config.json, metrics.json,
 best.keras, ... `python -m zoo.evaluate DIR/trial_003` works on it) plus `sample.json`, the
 drawn values. At the end `DIR/summary.md` holds a markdown table of every trial sorted by
 validation perplexity (printed as well); trials that diverged are listed last.
 
 Resumable: run the same command again and a finished trial (metrics.json, or a recorded
 divergence) is not rerun, an interrupted one continues from its last epoch checkpoint
-(`zoo.resume`), and the rest are trained. A trial directory whose `sample.json` differs
+(`zoo.runs.resume`), and the rest are trained. A trial directory whose `sample.json` differs
 from what the command draws (another seed, space or preset) is refused, naming it.
 
 Exit codes: 0; 2 for a bad command (unknown preset or space, a field the configuration
@@ -29,13 +29,14 @@ import pathlib
 import sys
 
 from zoo.errors import UserError
+from zoo.runtime.command import imports_done, run_command, start_command
 
 SAMPLE_FILE = "sample.json"
 DIVERGED_FILE = "diverged.json"
 
 
 def build_parser():
-    from zoo.search_space import SPACES
+    from zoo.runs.search_space import SPACES
     p = argparse.ArgumentParser(prog="python -m zoo.search",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--preset", required=True, help="the preset every trial starts from")
@@ -58,8 +59,8 @@ def build_parser():
 
 def trial_config(preset, overrides, values, epochs=None):
     """The configuration of one trial: preset, `--set` overrides, drawn values, --epochs."""
-    from zoo.config import check_config, resolve_config
-    from zoo.search_space import apply_sample
+    from zoo.runs.config import check_config, resolve_config
+    from zoo.runs.search_space import apply_sample
     config = resolve_config(preset, overrides)
     apply_sample(config, values)
     if epochs is not None:
@@ -99,7 +100,7 @@ def _check_sample(path, record):
 def run_trial(index, record, config, out, data_dir, verbose):
     """Train (or resume) trial `index`; returns its summary row."""
     from tflm.callbacks import TrainingDiverged
-    from zoo.training import run
+    from zoo.runs.training import run
     path = trial_dir(out, index)
     state = trial_state(path)
     if state == "new":
@@ -165,7 +166,7 @@ def summary_table(rows, title=""):
 def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), data_dir=None,
            verbose=1):
     """Run (or resume) the search; returns the summary rows (every trial, in trial order)."""
-    from zoo.search_space import load_space, sample
+    from zoo.runs.search_space import load_space, sample
     if trials < 1:
         raise UserError(f"--trials must be >= 1; got {trials}.")
     space = load_space(space_name)
@@ -192,20 +193,18 @@ def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), dat
 
 
 def main(argv=None):
-    from zoo import interrupt, quiet_start
+    start_command()
     try:
-        with interrupt.handle_ctrl_c():
-            quiet_start.start()
-            args = build_parser().parse_args(argv)
-            from tflm.data import CorpusNotFoundError
-            from zoo.checkpoint import CheckpointError
-            try:
-                search(args.preset, args.space, args.trials, args.seed, args.out,
-                       epochs=args.epochs, overrides=args.set, data_dir=args.data_dir,
-                       verbose=2 if args.quiet else 1)
-            except (UserError, CorpusNotFoundError, CheckpointError) as err:
-                print(f"zoo.search: error: {err}", file=sys.stderr)
-                return 2
+        args = build_parser().parse_args(argv)
+        from tflm.data import CorpusNotFoundError
+        from zoo.runs.checkpoint import CheckpointError
+        try:
+            search(args.preset, args.space, args.trials, args.seed, args.out,
+                   epochs=args.epochs, overrides=args.set, data_dir=args.data_dir,
+                   verbose=2 if args.quiet else 1)
+        except (UserError, CorpusNotFoundError, CheckpointError) as err:
+            print(f"zoo.search: error: {err}", file=sys.stderr)
+            return 2
     except KeyboardInterrupt:
         print("zoo.search: interrupted; finished trials are kept, and the same command "
               "continues the search (an interrupted trial resumes from its last epoch).",
@@ -216,4 +215,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

@@ -3,10 +3,10 @@
 With no arguments it makes the default synthetic high-rank language, trains the tiny
 `synthetic` preset on it (minutes on a laptop CPU) and prints train / valid / test
 perplexity next to the language's optimal perplexity. The outputs are those of
-`zoo.training.run` (config.json, vocab.txt, best.keras, final.keras, checkpoint/,
+`zoo.runs.training.run` (config.json, vocab.txt, best.keras, final.keras, checkpoint/,
 metrics.json, logs/). This module is the command line only: the configuration is
-`zoo.config`, the corpus `zoo.corpora`, model / optimizer / trigger `zoo.builders`, the
-training loop with its checkpoints `zoo.training`.
+`zoo.runs.config`, the corpus `zoo.runs.corpora`, model / optimizer / trigger `zoo.runs.builders`, the
+training loop with its checkpoints `zoo.runs.training`.
 """
 
 import argparse
@@ -19,11 +19,12 @@ import sys
 import time
 
 from zoo.errors import UserError
+from zoo.runtime.command import imports_done, run_command, start_command
 
 
 def build_parser():
     """The argument parser of `python -m zoo.train` (every flag with its help text)."""
-    from zoo.heads import head_names
+    from zoo.models.heads import head_names
     from zoo.presets import list_presets
     p = argparse.ArgumentParser(
         prog="python -m zoo.train", description=__doc__.split("\n")[0],
@@ -94,7 +95,7 @@ def summary_table(results):
 def finetune_config(args):
     """The configuration of a finetuning run: RUN_DIR's config with the preset's
     `finetune_overrides`, then the command line's flags and `--set` overrides."""
-    from zoo.config import apply_override
+    from zoo.runs.config import apply_override
     path = pathlib.Path(args.finetune) / "config.json"
     if not path.exists():
         raise UserError(f"--finetune {args.finetune}: no config.json there.")
@@ -124,8 +125,8 @@ def output_dir(args):
 def interrupted_message(out, args):
     """The one line a Ctrl-C prints: where the last epoch checkpoint is and the command that
     continues the run, or that nothing was kept (a new run's folder is removed when no
-    epoch finished: `zoo.rundir`)."""
-    from zoo.checkpoint import CheckpointError, read_state
+    epoch finished: `zoo.runs.run_dir`)."""
+    from zoo.runs.checkpoint import CheckpointError, read_state
     out = pathlib.Path(out)
     if not (out / "checkpoint" / "state.json").exists():
         left = (f"{out} holds no checkpoint" if out.exists()
@@ -150,17 +151,12 @@ def main(argv=None):
     """Run the command line; returns the exit code: 0, 2 for an error the user fixes by
     changing the command (a one-line message), 3 when training diverged, 130 on Ctrl-C
     (a one-line message saying how to continue)."""
-    from zoo import allocator, interrupt, python_gc, quiet_start, xla_flags
-    python_gc.hold_during_start()  # no full collections while the frameworks import
-    allocator.keep_freed_memory()  # before any framework starts its threads
-    xla_flags.fast_cpu_compiles()  # before JAX starts its backend
+    start_command()  # before the parser, whose help lists the heads (Keras)
     args = out = None
     try:
-        with interrupt.handle_ctrl_c():  # training stops at the next batch (zoo.interrupt)
-            quiet_start.start()  # before the parser, whose help lists the heads (Keras)
-            args = build_parser().parse_args(argv)
-            out = output_dir(args)
-            return _main(args, out)
+        args = build_parser().parse_args(argv)
+        out = output_dir(args)
+        return _main(args, out)
     except KeyboardInterrupt:
         # The command ends here. A Ctrl-C during tracing leaves half-built graphs whose
         # TensorArrays log "Object was never used" errors when freed: noise, not for the user.
@@ -190,13 +186,12 @@ def _main(args, out):
     """`main` after the start: train into `out`, or print the one-line error."""
     from tflm.callbacks import TrainingDiverged
     from tflm.data import CorpusNotFoundError
-    from zoo import python_gc
-    from zoo.checkpoint import CheckpointError
-    from zoo.config import resolve_config
-    from zoo.heads import head_names
-    from zoo.resume import refuse_fixed_flags
-    from zoo.training import run
-    python_gc.freeze_long_lived()  # the frameworks' objects: no full GC walks them
+    from zoo.runs.checkpoint import CheckpointError
+    from zoo.runs.config import resolve_config
+    from zoo.models.heads import head_names
+    from zoo.runs.resume import refuse_fixed_flags
+    from zoo.runs.training import run
+    imports_done()  # the frameworks' objects: no full GC walks them
     try:
         if args.head is not None and args.head not in head_names():
             raise UserError(f"unknown head {args.head!r}; choose one of "
@@ -227,6 +222,4 @@ def _main(args, out):
 
 
 if __name__ == "__main__":
-    from zoo import python_gc
-    python_gc.command_line_process()
-    sys.exit(main())
+    run_command(main)

@@ -40,9 +40,9 @@ def from_preset(name, vocab_size=None, **overrides):
     `vocab_size` defaults to the preset's corpus vocabulary size (`corpus.vocab_size`).
     Training fields the model owns (`bptt`, `clip_norm`, `weight_decay`, `seed`,
     `flooding_level`) come from the preset's `training` part unless overridden (as
-    `python -m zoo.train` builds it: `zoo.builders.build_model`).
+    `python -m zoo.train` builds it: `zoo.runs.builders.build_model`).
     """
-    from zoo.builders import build_model
+    from zoo.runs.builders import build_model
 
     preset = load_preset(name)
     if vocab_size is None:

@@ -2,8 +2,8 @@
 
 import keras
 
-from zoo.backbone_model import BackboneHeadModel
-from zoo.zaremba_backbone import ZarembaBackbone, uniform_initializer
+from zoo.models.backbone_head_model import BackboneHeadModel
+from zoo.models.zaremba.zaremba_backbone import ZarembaBackbone, uniform_initializer
 
 BACKBONE_ARGS = ("hidden_dim", "num_layers", "dropout", "init_scale", "use_cudnn", "seed")
 

@@ -10,7 +10,7 @@ bench/RESULTS.md, jaxlib 0.10.2):
         XLA:CPU emits its loop fusions through MLIR fusion emitters by default; this sends
         them through its older LLVM IR emitters. Train step compile at two threads
         2.40-2.46 -> 1.93-1.97 s (4.0-4.5 -> 2.4-3.4 s inside `zoo.train`, whose single
-        malloc arena slowed compiling then: `zoo.allocator`); the first step at one thread
+        malloc arena slowed compiling then: `zoo.runtime.allocator`); the first step at one thread
         5.3-5.6 -> 3.9-4.2 s;
         the steps after it 175.9 / 180.0 against 175.8 / 182.1 ms at one thread.
     --xla_backend_optimization_level=2      (CPU-only runs)
@@ -48,8 +48,8 @@ import importlib.metadata
 import importlib.util
 import os
 
-from zoo.allocator import jax_backend_started as _jax_backend_started
-from zoo.allocator import keras_backend_name
+from zoo.runtime.allocator import jax_backend_started as _jax_backend_started
+from zoo.runtime.allocator import keras_backend_name
 
 FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 OPTIMIZATION_LEVEL = "--xla_backend_optimization_level=2"

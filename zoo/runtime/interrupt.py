@@ -7,9 +7,10 @@ swallowed, so training just goes on, or leaves native state half-made, so the pr
 with a segmentation fault before it can say where its checkpoint is (TensorFlow 2.21: about
 2 in 100 interrupts of the tiny synthetic run). So:
 
-- `handle_ctrl_c()` (the command line, around everything) installs a SIGINT handler. Outside
-  a `deferring()` block it raises `KeyboardInterrupt` at once, as Python does.
-- `deferring()` (zoo.training, around building, training and evaluating the model) makes
+- `handle_ctrl_c()` (around a command line's `main`: `zoo.runtime.command.run_command`)
+  installs a SIGINT handler. Outside a `deferring()` block it raises `KeyboardInterrupt`
+  at once, as Python does.
+- `deferring()` (zoo.runs.training, around building, training and evaluating the model) makes
   the first Ctrl-C only a request; `check()` raises it at a safe point: `CheckCtrlC` calls
   it after every training and evaluation batch and at every epoch's start and end, the
   training loop after each checkpoint. A second Ctrl-C raises at once. A request still

@@ -6,7 +6,7 @@ from keras import ops
 from tflm import backends
 from tflm.language_model import LanguageModel
 from tflm.layers.head import head_from_config
-from zoo.heads import make_head
+from zoo.models.heads import make_head
 
 
 class BackboneHeadModel(LanguageModel):
@@ -37,7 +37,7 @@ class BackboneHeadModel(LanguageModel):
 
     def _build_head(self, head, **make_options):
         """The head layer for `head` (a layer, a saved config, a name or a dict), tied to the
-        embedding when `self.tie_weights`; `make_options` go to `zoo.heads.make_head`."""
+        embedding when `self.tie_weights`; `make_options` go to `zoo.models.heads.make_head`."""
         embedding = self.embedding if self.tie_weights else None
         if isinstance(head, keras.layers.Layer):
             return head

@@ -4,8 +4,8 @@ import keras
 from keras import ops
 
 from tflm.padding import masked_mean
-from zoo.backbone import AWDLSTMBackbone
-from zoo.backbone_model import BackboneHeadModel
+from zoo.models.awd_lstm.awd_lstm_backbone import AWDLSTMBackbone
+from zoo.models.backbone_head_model import BackboneHeadModel
 
 # Constructor arguments that belong to the backbone (the rest configure the task).
 BACKBONE_ARGS = ("embed_dim", "hidden_dim", "num_layers", "last_dim", "tie_weights", "dropout",

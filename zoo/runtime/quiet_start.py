@@ -90,7 +90,7 @@ def start():
             import tensorflow as tf
             tf.config.list_physical_devices()  # CUDA's start-up lines come now, not mid-run
     except ModuleNotFoundError as exc:
-        from zoo.allocator import keras_backend_name
+        from zoo.runtime.allocator import keras_backend_name
         if exc.name != "tensorflow" or keras_backend_name() == "tensorflow":
             raise
 

@@ -97,7 +97,7 @@ class ZarembaBackbone(keras.layers.Layer):
 
     def build(self, input_shape=None):
         """Build the embedding and the LSTMs from shapes alone, in forward order (see
-        `zoo.backbone.AWDLSTMBackbone.build`)."""
+        `zoo.models.awd_lstm.awd_lstm_backbone.AWDLSTMBackbone.build`)."""
         if self.built:
             return
         self.embedding.build((None, None))

@@ -1,0 +1,15 @@
+"""The zoo's models: one folder per family, what every family shares, and saved models.
+
+    registry.py             model.kind -> the family's class (MODEL_KINDS)
+    backbone_head_model.py  BackboneHeadModel: backbone + output head, what every family shares
+    heads.py                output heads by name (a preset's model.head)
+    awd_lstm/               AWDLSTMBackbone (awd_lstm_backbone.py), AWDLSTM (awd_lstm_lm.py)
+    zaremba/                ZarembaBackbone (zaremba_backbone.py), ZarembaLSTM (zaremba_lm.py)
+    transfer.py             a pre-trained model's weights into one with another head
+    vocabulary.py           a saved model's vocabulary checked against a corpus
+    saving.py               load_model: a saved zoo model (.keras)
+
+A new family is a folder here with `<family>_backbone.py` and `<family>_lm.py`, and its
+name in `registry.MODEL_KINDS`. Nothing is imported here, so `import zoo.models.registry`
+costs no Keras import.
+"""
