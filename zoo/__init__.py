@@ -21,7 +21,7 @@ _EXPORTS = {
     "AWDLSTMBackbone": "zoo.models.awd_lstm.awd_lstm_backbone",
     "head_names": "zoo.models.heads",
     "make_head": "zoo.models.heads",
-    "from_preset": "zoo.presets",
+    "from_preset": "zoo.runs.builders",
     "list_presets": "zoo.presets",
     "load_preset": "zoo.presets",
     "load_model": "zoo.models.saving",

@@ -11,8 +11,8 @@ carried from window to window, evaluation mode, `model.evaluate`; computed at th
 windows `--window` names (default: as the run did, `zoo.runs.eval_window`), which give the same
 log-probabilities when the state carries; perplexity =
 exp(total NLL / tokens predicted), and for a character-level corpus (`ptb-char`) bits per
-character, bpc = total NLL / (tokens ln 2) = log2(perplexity). With the run's own batch size and bptt it reproduces
-`metrics.json` exactly.
+character, bpc = total NLL / (tokens ln 2) = log2(perplexity). With the run's own batch
+size and bptt it reproduces `metrics.json` exactly.
 
 Writes: the line printed, the result appended to `RUN_DIR/evaluations.json` (a list: one
 entry per evaluation, with the model, split, protocol and perplexity) and `--json OUT` when
@@ -34,23 +34,14 @@ from zoo.errors import UserError
 from zoo.runtime.command import imports_done, run_command, start_command
 
 EVALUATIONS_FILE = "evaluations.json"
-DEFAULT_BPTT = 70
 
 
-def run_bptt(config):
-    """The bptt of a run's final evaluation (training.final_evaluation.bptt, else
-    training.bptt), or 70 without a configuration."""
-    training = (config or {}).get("training") or {}
-    final = training.get("final_evaluation") or {}
-    return int(final.get("bptt", training.get("bptt", DEFAULT_BPTT)))
-
-
-def run_window(config, split_bptt, batch_size, vocab_size, carries_state, setting=None):
+def run_window(training, split_bptt, batch_size, vocab_size, carries_state, setting=None):
     """The window `zoo.train` computes a pass at `batch_size` x `split_bptt` with
     (`zoo.runs.eval_window.window_for_run`), a bad `setting` as a `UserError`."""
-    from zoo.runs.eval_window import window_for_run
+    from zoo.runs.eval_window import window_for_run  # deferred: after start_command
     try:
-        return window_for_run(config, split_bptt, batch_size, vocab_size, carries_state,
+        return window_for_run(training, split_bptt, batch_size, vocab_size, carries_state,
                               setting)
     except ValueError as err:
         raise UserError(f"--window: {err}") from err
@@ -60,19 +51,19 @@ def evaluate(run, split="test", batch_size=1, bptt=None, verbose=0, window=None)
     """Evaluate `run` (a `zoo.runs.saved_run.SavedRun`) on `split`; returns the result dict.
     `window`: the window computed with ("auto", "bptt" or an integer; default the run's
     setting, else "auto"): the perplexity is the bptt windows' (`zoo.runs.eval_window`)."""
-    from tflm import data
+    from tflm import data  # deferred: a command's frameworks import after start_command
     from zoo.runs.builders import pad_to_multiple
 
-    bptt = run_bptt(run.config) if bptt is None else int(bptt)
+    bptt = run.training.final_bptt if bptt is None else int(bptt)
     if batch_size < 1 or bptt < 1:
         raise UserError(f"--batch-size and --bptt must be positive; got {batch_size}, {bptt}.")
-    window = run_window(run.config, bptt, batch_size, run.model.vocab_size,
+    window = run_window(run.training, bptt, batch_size, run.model.vocab_size,
                         getattr(run.model, "carry_state", True), window)
     ids = run.corpus.split(split)
     if len(ids) < 2 * batch_size:
         raise UserError(f"the {split} split has {len(ids)} tokens; --batch-size {batch_size} "
                         f"needs at least {2 * batch_size} (an input and a target per stream).")
-    pad = pad_to_multiple(((run.config or {}).get("training")) or {})
+    pad = pad_to_multiple(run.training)
     ds = data.lm_dataset(ids, batch_size, window, train=False, pad_to_multiple=pad)
     start = time.perf_counter()
     logs = run.model.evaluate(ds, verbose=verbose, return_dict=True)

@@ -59,13 +59,15 @@ def build_parser():
 
 def trial_config(preset, overrides, values, epochs=None):
     """The configuration of one trial: preset, `--set` overrides, drawn values, --epochs."""
-    from zoo.runs.config import check_config, resolve_config
+    from zoo.runs.config import resolve_config
+    from zoo.runs.settings import RunSettings
     from zoo.runs.search_space import apply_sample
     config = resolve_config(preset, overrides)
     apply_sample(config, values)
     if epochs is not None:
         config["training"]["epochs"] = int(epochs)
-    return check_config(config)
+    RunSettings.from_config(config)  # every trial's configuration checked before any trains
+    return config
 
 
 def trial_dir(out, index):
@@ -198,6 +200,7 @@ def main(argv=None):
         args = build_parser().parse_args(argv)
         from tflm.data import CorpusNotFoundError
         from zoo.runs.checkpoint import CheckpointError
+        imports_done()
         try:
             search(args.preset, args.space, args.trials, args.seed, args.out,
                    epochs=args.epochs, overrides=args.set, data_dir=args.data_dir,

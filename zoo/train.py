@@ -5,8 +5,9 @@ With no arguments it makes the default synthetic high-rank language, trains the 
 perplexity next to the language's optimal perplexity. The outputs are those of
 `zoo.runs.training.run` (config.json, vocab.txt, best.keras, final.keras, checkpoint/,
 metrics.json, logs/). This module is the command line only: the configuration is
-`zoo.runs.config`, the corpus `zoo.runs.corpora`, model / optimizer / trigger `zoo.runs.builders`, the
-training loop with its checkpoints `zoo.runs.training`.
+`zoo.runs.config` (checked into `zoo.runs.settings`), the corpus `zoo.runs.corpora`, model /
+optimizer / trigger `zoo.runs.builders`, the training loop with its checkpoints
+`zoo.runs.training`.
 """
 
 import argparse
@@ -175,7 +176,7 @@ def missing_base_message(base):
     """What to run first for a preset that starts from a pre-trained model (its `base`)."""
     steps = f"python -m zoo.train --preset {base['preset']} --out BASE"
     if base.get("finetuned"):
-        steps += f", then python -m zoo.train --finetune BASE --out TUNED"
+        steps += ", then python -m zoo.train --finetune BASE --out TUNED"
     where = "TUNED" if base.get("finetuned") else "BASE"
     return (f"this preset puts a new head on a pre-trained {base['preset']} model"
             f"{' (finetuned)' if base.get('finetuned') else ''}: train it first ({steps}) "

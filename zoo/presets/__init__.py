@@ -31,23 +31,3 @@ def load_preset(name):
                           "file).")
     with open(path) as f:
         return copy.deepcopy(json.load(f))
-
-
-def from_preset(name, vocab_size=None, **overrides):
-    """Build the model of preset `name` (`zoo.AWDLSTM`, or the class its `model.kind`
-    names); keyword overrides replace model fields.
-
-    `vocab_size` defaults to the preset's corpus vocabulary size (`corpus.vocab_size`).
-    Training fields the model owns (`bptt`, `clip_norm`, `weight_decay`, `seed`,
-    `flooding_level`) come from the preset's `training` part unless overridden (as
-    `python -m zoo.train` builds it: `zoo.runs.builders.build_model`).
-    """
-    from zoo.runs.builders import build_model
-
-    preset = load_preset(name)
-    if vocab_size is None:
-        vocab_size = preset.get("corpus", {}).get("vocab_size")
-    if vocab_size is None:
-        raise ConfigError(f"Preset {name!r} does not fix the vocabulary size; pass "
-                          "vocab_size=.")
-    return build_model(preset, vocab_size, **overrides)

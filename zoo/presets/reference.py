@@ -30,9 +30,11 @@ in `reference.changes` (tutorial config names, plus `num_components` K for MoS,
 thesis' Table A.2 result, the base of its BM / BMLG models (not a tutorial config).
 """
 
+import argparse
 import shlex
 
 from zoo.errors import ConfigError
+from zoo.presets import list_presets, load_preset
 
 _AWD = {"emsize": 400, "nhid": 1150, "nlayers": 3, "lr": 30.0, "clip": 0.25, "epochs": 8000,
         "batch_size": 80, "bptt": 70, "dropout": 0.4, "dropouth": 0.3, "dropouti": 0.65,
@@ -313,9 +315,6 @@ def differences(preset):
 
 
 def main(argv=None):
-    import argparse
-
-    from zoo.presets import list_presets, load_preset
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("presets", nargs="*", help="preset names (default: all)")
     names = parser.parse_args(argv).presets or list_presets()

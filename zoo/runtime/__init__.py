@@ -2,13 +2,14 @@
 
     python_gc.py          Python's collector held while the frameworks import, then the
                           start-up's objects frozen (TFLM_GC)
-    allocator.py          glibc's malloc: freed memory reused; JAX's CPU programs inline (TFLM_MALLOC)
+    allocator.py          glibc's malloc: freed memory reused; JAX's CPU programs inline
+                          (TFLM_MALLOC)
     xla_flags.py          XLA_FLAGS for JAX: older CPU emitters, -O2 (TFLM_XLA_FLAGS)
     quiet_start.py        TensorFlow's start-up lines filtered out of stderr
     compilation_cache.py  JAX's persistent compilation cache for runs (TFLM_JAX_CACHE_DIR)
     interrupt.py          Ctrl-C: training stops at the next batch, never inside TensorFlow
-
-    command.py            `run_command(main)` and `start_command()`: the above, once, for every command
+    command.py            `run_command(main)`, `start_command()`, `imports_done()`: the
+                          above, once, for every command line
 
 Every command's `__main__` block is `command.run_command(main)`, and every `main` begins with
 `start_command()`, before anything imports a framework, and calls `imports_done()` once

@@ -1,0 +1,296 @@
+"""A run's configuration checked once into typed settings, with every default in one place.
+
+`zoo.runs.config` resolves a preset, the command line's flags and `--set` overrides into one
+configuration dict (what `config.json` holds). `RunSettings.from_config(config)` checks it
+once, before anything is created, and the rest of a run reads these frozen objects:
+
+    RunSettings       preset, corpus, model, training (+ base, finetune) and the dict itself
+    CorpusSettings    the corpus part: name, split sizes / limits, the language's or lm1b's options
+    ModelSettings     the model part: `kind` (zoo.models.registry) and the model's arguments
+    TrainingSettings  the training part: batch sizes, bptt, epochs, optimizer, schedule, ...
+    FinalEvaluation   training.final_evaluation: the final passes' bptt and batch sizes
+
+A value a run could not use is a `ConfigError` naming the field and what it must be. What
+only a builder can judge (model arguments, synthetic-language parameters) is checked where
+it is built. Keys the settings do not know are kept in `config.json` and ignored, as before.
+"""
+
+import copy
+import dataclasses
+import math
+import types
+
+from zoo.errors import ConfigError
+from zoo.models.registry import DEFAULT_KIND
+
+SECTIONS = ("corpus", "model", "training")
+
+# The command-line flag that sets a `training` field, named in its error message.
+FLAGS = {"batch_size": "--batch-size", "epochs": "--epochs", "seed": "--seed"}
+
+
+def _integer(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _epoch_list(value):
+    return (isinstance(value, list) and all(_integer(e) and e >= 1 for e in value)
+            and all(a < b for a, b in zip(value, value[1:])))
+
+
+# (fields, test, what the value must be): the numbers a run reads from its configuration.
+_TRAINING_RULES = (
+    (("batch_size", "eval_batch_size", "test_batch_size", "bptt", "epochs", "nonmono"),
+     lambda v: _integer(v) and v >= 1, "a positive integer"),
+    (("seed",), _integer, "an integer"),
+    (("switch_epoch", "histograms"), lambda v: _integer(v) and v >= 0, "an integer >= 0"),
+    (("lr", "weight_decay"), lambda v: _number(v) and v >= 0, "a finite number >= 0"),
+    (("clip_norm",), lambda v: v is None or _number(v) and v >= 0,
+     "a finite number >= 0 or null (no clipping)"),
+    (("max_seq_len", "pad_to_multiple"), lambda v: v is None or _integer(v) and v >= 1,
+     "a positive integer or null"),
+    (("partial_shuffle", "fixed_windows", "pad_to_compiled_lengths"),
+     lambda v: isinstance(v, bool), "true or false"),
+    (("xla_evaluation",), lambda v: isinstance(v, bool) or v == "auto",
+     '"auto", true or false'),
+    (("eval_window",), lambda v: v in ("auto", "bptt") or _integer(v) and v >= 1,
+     '"auto" (long windows, same perplexity), "bptt" or a positive integer'),
+    (("lr_decay",), lambda v: v is None or _number(v) and 0 < v <= 1,
+     "a number in (0, 1] (the factor per epoch after training.decay_after epochs) or null"),
+    (("decay_after",), lambda v: _integer(v) and v >= 0,
+     "an integer >= 0 (the epochs at the initial learning rate before lr_decay applies)"),
+    (("loss_reduction",), lambda v: v in ("token_mean", "sum_over_time"),
+     "'token_mean' (NLL averaged over tokens) or 'sum_over_time' (summed over time, "
+     "averaged over streams: TensorFlow's PTB tutorial)"),
+    (("when",), lambda v: v is None or _epoch_list(v),
+     "a list of 1-based epoch numbers in increasing order after which the learning rate is "
+     "divided by 10, e.g. --set training.when=[300,400] (salesforce's --when 300 400), or "
+     "[] for none"),
+)
+_EVALUATION_FIELDS = ("bptt", "valid_batch_size", "test_batch_size")
+_CORPUS_SIZES = ("train_tokens", "valid_tokens", "test_tokens")
+_CORPUS_LIMITS = ("max_train_tokens", "max_valid_tokens", "max_test_tokens")
+
+
+def _check(section, values, fields, test, what):
+    for key in fields:
+        if key in values and not test(values[key]):
+            flag = f" ({FLAGS[key]})" if section == "training" and key in FLAGS else ""
+            raise ConfigError(f"{section}.{key}{flag} must be {what}; got "
+                              f"{values[key]!r}.")
+
+
+def check_training_part(values, section="training"):
+    """Raise `ConfigError` naming the first value of a `training` part (or of its
+    `finetune_overrides`) that a run could not use."""
+    for rule in _TRAINING_RULES:
+        _check(section, values, *rule)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinalEvaluation:
+    """`training.final_evaluation`: the final validation and test passes' protocol where
+    it differs from training's (None: the training part's bptt, eval_batch_size,
+    test_batch_size)."""
+    bptt: int = None
+    valid_batch_size: int = None
+    test_batch_size: int = None
+
+    @classmethod
+    def from_dict(cls, values):
+        values = values or {}
+        _check("training.final_evaluation", values, _EVALUATION_FIELDS,
+               lambda v: _integer(v) and v >= 1, "a positive integer")
+        return cls(**{k: values[k] for k in _EVALUATION_FIELDS if k in values})
+
+
+# Fields of the `training` part that the model itself owns (`tflm.LanguageModel`
+# arguments): given to the model only when the configuration sets them, so that a model
+# family keeps its own defaults (zoo.AWDLSTM's clip_norm 0.25, zoo.ZarembaLSTM's 5).
+MODEL_OWNED_TRAINING = ("bptt", "clip_norm", "weight_decay", "seed", "flooding_level",
+                        "loss_reduction")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSettings:
+    """The `training` part of a configuration, checked, with its defaults.
+
+    Streams and windows: batch_size (training streams), eval_batch_size (validation),
+    test_batch_size (the final test pass), bptt, max_seq_len (cap on a random window's
+    length), fixed_windows (every training window bptt long: TensorFlow's PTB tutorial),
+    partial_shuffle (Press 2019), pad_to_multiple (None: 4 on JAX, else 1),
+    pad_to_compiled_lengths (JAX), eval_window ("auto", "bptt" or a length),
+    xla_evaluation ("auto", true, false).
+    Optimisation: optimizer ("sgd", "asgd", "adam"), lr, learning_rate_multipliers,
+    clip_norm, weight_decay, loss_reduction, flooding_level; averaging switch ("nonmono",
+    "epoch", None) with nonmono / switch_epoch; schedule: when (lr / 10 after the listed
+    epochs) or lr_decay after decay_after epochs.
+    Run: epochs, seed, histograms (TensorBoard histogram frequency), final_evaluation,
+    finetune_overrides (what `--finetune` changes). `given`: the fields the configuration
+    set (the model-owned ones reach the model only then: `model_arguments`).
+    """
+    batch_size: int = 20
+    eval_batch_size: int = 10
+    test_batch_size: int = 1
+    bptt: int = 70
+    max_seq_len: int = None
+    fixed_windows: bool = False
+    partial_shuffle: bool = False
+    pad_to_multiple: int = None
+    pad_to_compiled_lengths: bool = True
+    eval_window: object = "auto"
+    xla_evaluation: object = "auto"
+    optimizer: str = "sgd"
+    lr: float = 30.0
+    learning_rate_multipliers: object = None
+    clip_norm: float = 0.25
+    weight_decay: float = 0.0
+    loss_reduction: str = "token_mean"
+    flooding_level: float = None
+    switch: str = "nonmono"
+    nonmono: int = 5
+    switch_epoch: int = 200
+    when: tuple = ()
+    lr_decay: float = None
+    decay_after: int = 0
+    epochs: int = 1
+    seed: int = 0
+    histograms: int = 0
+    final_evaluation: FinalEvaluation = FinalEvaluation()
+    finetune_overrides: types.MappingProxyType = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({}))
+    given: frozenset = frozenset()
+
+    @classmethod
+    def from_dict(cls, values, section="training"):
+        """The settings of a `training` part (a dict), checked (`ConfigError`)."""
+        values = dict(values or {})
+        check_training_part(values, section)
+        overrides = values.get("finetune_overrides") or {}
+        check_training_part(overrides, f"{section}.finetune_overrides")
+        known = {f.name for f in dataclasses.fields(cls)} - {"given"}
+        kwargs = {k: v for k, v in values.items() if k in known}
+        kwargs["final_evaluation"] = FinalEvaluation.from_dict(values.get("final_evaluation"))
+        kwargs["finetune_overrides"] = types.MappingProxyType(dict(overrides))
+        kwargs["when"] = tuple(values.get("when") or ())
+        kwargs["optimizer"] = str(values.get("optimizer", cls.optimizer)).lower()
+        return cls(given=frozenset(values), **kwargs)
+
+    def model_arguments(self):
+        """The model-owned fields the configuration set (`MODEL_OWNED_TRAINING`)."""
+        return {k: getattr(self, k) for k in MODEL_OWNED_TRAINING if k in self.given}
+
+    @property
+    def averaged(self):
+        """Whether the optimizer is averaged SGD (NT-ASGD / ET-ASGD)."""
+        return self.optimizer == "asgd"
+
+    @property
+    def final_bptt(self):
+        return self.final_evaluation.bptt or self.bptt
+
+    @property
+    def final_valid_batch_size(self):
+        return self.final_evaluation.valid_batch_size or self.eval_batch_size
+
+    @property
+    def final_test_batch_size(self):
+        return self.final_evaluation.test_batch_size or self.test_batch_size
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusSettings:
+    """The `corpus` part: `name` ("synthetic", "ptb", "wikitext-2", "lm1b" or a
+    directory); for a synthetic language its `kind` ("markov", "mixture", "zipf"), split
+    sizes (`train_tokens`, ...) and the language's parameters (`options`); for lm1b its
+    options (path, vocab_size, heldout, verify, cache); `max_*_tokens` keep only the first
+    tokens of a split (shortened runs on small machines)."""
+    name: str = "synthetic"
+    kind: str = "markov"
+    train_tokens: int = None
+    valid_tokens: int = None
+    test_tokens: int = None
+    max_train_tokens: int = None
+    max_valid_tokens: int = None
+    max_test_tokens: int = None
+    options: types.MappingProxyType = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({}))
+
+    @classmethod
+    def from_dict(cls, values):
+        """The settings of a `corpus` part (a dict), checked (`ConfigError`)."""
+        values = dict(values or {})
+        _check("corpus", values, _CORPUS_SIZES, lambda v: _integer(v) and v >= 1,
+               "a positive integer")
+        _check("corpus", values, _CORPUS_LIMITS,
+               lambda v: v is None or _integer(v) and v >= 1, "a positive integer or null")
+        named = ("name", "kind") + _CORPUS_SIZES + _CORPUS_LIMITS
+        kwargs = {k: values[k] for k in named if k in values}
+        options = {k: v for k, v in values.items() if k not in named}
+        return cls(options=types.MappingProxyType(options), **kwargs)
+
+    @property
+    def synthetic(self):
+        return self.name == "synthetic"
+
+    def split_sizes(self):
+        """The synthetic splits' sizes the part sets (`to_corpus` keyword arguments)."""
+        return {k: getattr(self, k) for k in _CORPUS_SIZES if getattr(self, k) is not None}
+
+    def split_limit(self, split):
+        """`max_<split>_tokens`, or None."""
+        return getattr(self, f"max_{split}_tokens")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSettings:
+    """The `model` part: `kind`, the family (`zoo.models.registry.MODEL_KINDS`), and the
+    family class's keyword arguments (checked by the class when it is built)."""
+    kind: str = DEFAULT_KIND
+    arguments: types.MappingProxyType = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({}))
+
+    @classmethod
+    def from_dict(cls, values):
+        values = dict(values or {})
+        kind = values.pop("kind", DEFAULT_KIND)
+        values.pop("vocab_size", None)  # the corpus' vocabulary decides it
+        return cls(kind=kind, arguments=types.MappingProxyType(values))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """A run's whole configuration, checked: its parts as settings, and `config`, the dict
+    they were read from (written to `config.json`, fingerprinted in checkpoints)."""
+    corpus: CorpusSettings
+    model: ModelSettings
+    training: TrainingSettings
+    config: dict
+    preset: str = None
+    base: types.MappingProxyType = None
+    finetune: types.MappingProxyType = None
+
+    @classmethod
+    def from_config(cls, config):
+        """Check `config` (a resolved configuration dict) and read it into settings.
+        Raises `ConfigError` naming the first value a run could not use, before anything
+        is created."""
+        for section in SECTIONS:
+            if not isinstance(config.get(section), dict):
+                raise ConfigError(f"the configuration's {section!r} part must be a JSON "
+                                  f"object; got {config.get(section)!r}.")
+        return cls(corpus=CorpusSettings.from_dict(config["corpus"]),
+                   model=ModelSettings.from_dict(config["model"]),
+                   training=TrainingSettings.from_dict(config["training"]),
+                   config=copy.deepcopy(config), preset=config.get("preset"),
+                   base=config.get("base"), finetune=config.get("finetune"))
+
+    @property
+    def finetuning(self):
+        """Whether this run finetunes another (`--finetune`)."""
+        return bool(self.finetune)
