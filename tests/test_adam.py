@@ -7,7 +7,7 @@ import keras
 import torch
 
 from tflm.optimizers import Adam
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
 RNG = np.random.default_rng(3)
 
@@ -56,7 +56,8 @@ def test_train_step_puts_the_window_factor_into_the_step_size(tmp_path):
 
 
 def test_zoo_builds_it_for_training_optimizer_adam():
-    from zoo.builders import make_optimizer
-    opt = make_optimizer({"optimizer": "adam", "lr": 2e-3})
+    from zoo.runs.builders import make_optimizer
+    from zoo.runs.settings import TrainingSettings
+    opt = make_optimizer(TrainingSettings.from_dict({"optimizer": "adam", "lr": 2e-3}))
     assert isinstance(opt, Adam)
     assert float(opt.learning_rate) == pytest.approx(2e-3)

@@ -13,8 +13,9 @@ from tflm import optimizers
 from tflm.step_decay import StepDecay
 from tflm.triggers import EpochTrigger
 from zoo import train
-from zoo.builders import make_lr_schedule, make_optimizer, make_trigger
-from zoo.config import check_config, resolve_config
+from zoo.runs.builders import make_lr_schedule, make_optimizer, make_trigger
+from zoo.runs.config import resolve_config
+from zoo.runs.settings import RunSettings, TrainingSettings
 from zoo.errors import ConfigError
 from zoo.presets import load_preset
 from zoo.presets.reference import (REFERENCE_DEFAULTS, differences, implied_settings,
@@ -140,12 +141,13 @@ def test_config_check_names_a_bad_when():
     for value in (300, [0, 300], [400, 300], [300, 300], [1.5], ["300"], True, "[300,400]"):
         with pytest.raises(ConfigError, match=r"training\.when must be a list of 1-based ep") \
                 as err:
-            check_config({"corpus": {}, "model": {}, "training": {"when": value}})
+            RunSettings.from_config({"corpus": {}, "model": {}, "training": {"when": value}})
         assert repr(value) in str(err.value) and "training.when=[300,400]" in str(err.value)
         assert len(str(err.value).splitlines()) == 1
     for good in (None, [], [300, 400]):
-        check_config({"corpus": {}, "model": {}, "training": {"when": good}})
-    assert make_lr_schedule({"when": []}) is None and make_lr_schedule({}) is None
+        RunSettings.from_config({"corpus": {}, "model": {}, "training": {"when": good}})
+    assert make_lr_schedule(TrainingSettings.from_dict({"when": []})) is None
+    assert make_lr_schedule(TrainingSettings()) is None
 
 
 def test_zoo_run_divides_logs_and_resumes_with_the_divided_rate(tmp_path, capsys):
@@ -201,8 +203,7 @@ def test_char_preset_is_the_salesforce_command():
         assert published[f"{split}_bpc"] == pytest.approx(
             published[f"{split}_loss"] / math.log(2), abs=6e-3)
     assert "364" in published["note"]
-    config = check_config(resolve_config("awd_lstm_ptb_char"))
-    training = config["training"]
+    training = RunSettings.from_config(resolve_config("awd_lstm_ptb_char")).training
     assert isinstance(make_optimizer(training), optimizers.Adam)
     assert make_trigger(training) is None
     schedule = make_lr_schedule(training)

@@ -20,8 +20,9 @@ from tflm import backends, compat
 from tflm.backends.base import Backend
 from tflm.backends.torch_backend import TorchBackend
 from tflm.optimizers import SGD, AveragedSGD
-from zoo.builders import build_model
-from zoo.config import load_preset
+from zoo.runs.builders import build_model
+from zoo.runs.config import load_preset
+from zoo.runs.settings import RunSettings
 
 calls = {"norm": 0, "mul": 0, "add_": 0, "sub_": 0}
 for key in calls:
@@ -40,7 +41,7 @@ cfg = load_preset("awd_lstm_ptb")
 cfg["model"].update(embed_dim=6, hidden_dim=8)
 cfg["training"]["weight_decay"] = WEIGHT_DECAY
 keras.utils.set_random_seed(3)
-model = build_model(cfg, 30)
+model = build_model(RunSettings.from_config(cfg), 30)
 model.build()
 if OPTIMIZER == "sgd":
     optimizer = SGD(2.0, learning_rate_multipliers={"embedding": 0.5})

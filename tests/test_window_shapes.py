@@ -1,4 +1,4 @@
-"""`zoo.builders.set_window_shapes`: the window-shape settings `python -m zoo.train` and
+"""`zoo.runs.builders.set_window_shapes`: the window-shape settings `python -m zoo.train` and
 `tools/compare_frameworks.py` put on a model, on every backend."""
 
 import json
@@ -10,13 +10,14 @@ from tests.backends import run_in_backend
 _CODE = """
 import json
 from types import SimpleNamespace
-from zoo.builders import set_window_shapes
+from zoo.runs.builders import set_window_shapes
+from zoo.runs.settings import TrainingSettings
 out = []
 for training, pad in [({"bptt": 35}, 4), ({"bptt": 35}, 1), ({"bptt": 70, "max_seq_len": 60}, 4),
                       ({"bptt": 35, "fixed_windows": True}, 4),
                       ({"bptt": 35, "pad_to_compiled_lengths": False}, 1)]:
     model = SimpleNamespace(shortest_compiled_length=None)
-    returned = set_window_shapes(model, training, pad)
+    returned = set_window_shapes(model, TrainingSettings.from_dict(training), pad)
     out.append([returned, model.pad_to_compiled_lengths, model.padded_windows,
                 model.shortest_compiled_length])
 print("RESULT" + json.dumps(out))

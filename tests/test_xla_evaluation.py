@@ -58,7 +58,7 @@ def test_xla_only_where_it_applies():
 
 
 def test_zoo_compiles_only_passes_long_enough_to_repay_it():
-    from zoo.training import XLA_MIN_WINDOWS, xla_pays
+    from zoo.runs.final_evaluation import XLA_MIN_WINDOWS, xla_pays
     long = np.zeros(XLA_MIN_WINDOWS * 35, "int32")  # batch 1, bptt 35: exactly enough
     assert xla_pays("auto", long, 1, 35)
     assert not xla_pays("auto", long[:-1], 1, 35)

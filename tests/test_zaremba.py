@@ -12,7 +12,7 @@ import zoo
 from tflm.epoch_decay import EpochDecay, decayed_rate
 from tflm.optimizers import SGD
 from zoo.errors import ConfigError
-from zoo.zaremba import ZarembaLSTM
+from zoo.models.zaremba.zaremba_lm import ZarembaLSTM
 
 V, H, B = 30, 8, 3
 ZAREMBA_PRESETS = [n for n in zoo.list_presets() if n.startswith("zaremba_")]
@@ -166,12 +166,12 @@ def test_epoch_decay_sets_the_optimizers_rate_at_each_epoch_and_resumes():
 
 
 def test_the_schedule_and_its_fields_are_checked():
-    from zoo.builders import make_lr_schedule
-    from zoo.config import check_config
-    assert isinstance(make_lr_schedule({"lr": 1.0, "lr_decay": 0.8, "decay_after": 6}),
-                      EpochDecay)
+    from zoo.runs.builders import build_model, make_lr_schedule
+    from zoo.runs.settings import RunSettings, TrainingSettings
+    assert isinstance(make_lr_schedule(TrainingSettings.from_dict(
+        {"lr": 1.0, "lr_decay": 0.8, "decay_after": 6})), EpochDecay)
     with pytest.raises(ConfigError, match="set one of them"):
-        make_lr_schedule({"lr_decay": 0.8, "when": [3]})
+        make_lr_schedule(TrainingSettings.from_dict({"lr_decay": 0.8, "when": [3]}))
     for field, value, message in (("lr_decay", 1.5, "a number in \\(0, 1\\]"),
                                   ("decay_after", -2, "an integer >= 0"),
                                   ("loss_reduction", "mean", "'token_mean'"),
@@ -179,11 +179,10 @@ def test_the_schedule_and_its_fields_are_checked():
         config = zoo.load_preset("zaremba_small_ptb")
         config["training"][field] = value
         with pytest.raises(ConfigError, match=f"training.{field} must be {message}"):
-            check_config(config)
+            RunSettings.from_config(config)
     with pytest.raises(ConfigError, match="unknown model.kind 'gru'"):
-        zoo.from_preset("zaremba_small_ptb", kind="gru") if False else \
-            __import__("zoo.builders").builders.build_model(
-                {"model": {"kind": "gru"}, "training": {}}, V)
+        build_model(RunSettings.from_config(
+            {"corpus": {}, "model": {"kind": "gru"}, "training": {}}), V)
 
 
 def test_a_saved_model_reloads_with_equal_outputs(tmp_path):
@@ -205,7 +204,7 @@ torch = pytest.importorskip("torch")
 
 
 def _pair(num_experts=0):
-    from bench.zaremba_peer import ZarembaPeer, load_keras_weights
+    from tflm.testing.zaremba_peer import ZarembaPeer, load_keras_weights
     head = ({"type": "mos", "num_experts": num_experts, "prior_bias": True} if num_experts
             else "softmax")
     model = _model(head=head, hidden_dim=H, clip_norm=5.0)
@@ -236,7 +235,7 @@ def test_forward_and_tutorial_steps_equal_the_pytorch_peer(num_experts):
         logs = model.train_on_batch(x, y, return_dict=True)
         cost, state = peer.tutorial_step(torch.as_tensor(x), torch.as_tensor(y), state, lr=1.0,
                                          max_grad_norm=5.0)
-    from bench.zaremba_peer import ZarembaPeer, load_keras_weights
+    from tflm.testing.zaremba_peer import ZarembaPeer, load_keras_weights
     ours = ZarembaPeer(V, H, num_experts=num_experts)
     load_keras_weights(ours, model)
     theirs = dict(peer.named_parameters())

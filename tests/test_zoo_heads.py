@@ -5,7 +5,7 @@ import pytest
 import keras
 
 import zoo
-from zoo.heads import head_names, make_head
+from zoo.models.heads import head_names, make_head
 
 V = 30
 TINY = dict(embed_dim=8, hidden_dim=12, num_layers=3, seed=1, bptt=6)
@@ -66,11 +66,12 @@ def test_every_preset_builds_and_runs(name):
 
 
 def test_plif_preset_gives_the_slopes_their_own_learning_rate():
-    from zoo.builders import make_optimizer
+    from zoo.runs.builders import make_optimizer
+    from zoo.runs.settings import TrainingSettings
     preset = zoo.load_preset("awd_lstm_plif_ptb")
     model = zoo.from_preset("awd_lstm_plif_ptb", vocab_size=V, embed_dim=8, hidden_dim=12,
                             head={"type": "plif", "num_intervals": 20})
-    model.compile(optimizer=make_optimizer(preset["training"]))
+    model.compile(optimizer=make_optimizer(TrainingSettings.from_dict(preset["training"])))
     x = np.zeros((2, 5), "int32")
     model.train_on_batch(x, x)
     multipliers = {v.path: model.optimizer.multiplier_of(v) for v in model.trainable_variables}

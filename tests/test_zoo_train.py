@@ -11,8 +11,9 @@ import pytest
 
 from tests.conftest import REPO
 from zoo import train
-from zoo.builders import pad_to_multiple
-from zoo.corpora import load_data
+from zoo.runs.builders import pad_to_multiple
+from zoo.runs.corpora import load_data
+from zoo.runs.settings import TrainingSettings
 
 TINY = ["--set", "corpus.train_tokens=6000", "--set", "corpus.valid_tokens=1500",
         "--set", "corpus.test_tokens=1500", "--set", "corpus.vocab_size=40",
@@ -112,7 +113,7 @@ def test_nan_loss_stops_with_epoch_and_step(tmp_path, capsys):
     assert not (tmp_path / "n" / "metrics.json").exists()
 
 
-# TensorFlow's start-up lines (`zoo.quiet_start`): absl's banner, C++ log lines
+# TensorFlow's start-up lines (`zoo.runtime.quiet_start`): absl's banner, C++ log lines
 # ("I0000 00:00:1795461606.546738   30094 cudart_stub.cc:31] ..."), the CPU-instructions note.
 START_UP_NOISE = re.compile(r"^(WARNING: All log messages before absl|[IWE]\d{4} \d\d:\d\d:"
                             r"\d\d\.\d+ +\d+ \S+:\d+\]|To enable the following instructions)",
@@ -127,7 +128,7 @@ def test_cli_module_runs_without_start_up_noise(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "valid perplexity" in proc.stdout
     assert not START_UP_NOISE.findall(proc.stderr), proc.stderr[-2000:]
-    # the command line froze the start-up's objects, then the model's (zoo.python_gc)
+    # the command line froze the start-up's objects, then the model's (zoo.runtime.python_gc)
     frozen = json.loads((tmp_path / "cli" / "metrics.json").read_text())["gc_frozen"]
     assert len(frozen) == 2 and frozen[0] > 100_000 and frozen[1] > 0
 
@@ -142,7 +143,8 @@ def _cli(args, kill_after_checkpoint=False):
                               capture_output=True, text=True, timeout=600)
     code = f"""if True:
         import os, sys
-        from zoo import checkpoint, train
+        from zoo import train
+        from zoo.runs import checkpoint
         save = checkpoint.save_checkpoint
         def save_then_die(*args, **kwargs):
             save(*args, **kwargs)
@@ -237,8 +239,8 @@ def test_window_padding_default_follows_the_backend():
     from tflm.data import default_pad_to_multiple
     assert default_pad_to_multiple("jax") == 4
     assert default_pad_to_multiple("tensorflow") == default_pad_to_multiple("torch") == 1
-    assert pad_to_multiple({}) == 1  # the tests run on TensorFlow
-    assert pad_to_multiple({"pad_to_multiple": 8}) == 8
+    assert pad_to_multiple(TrainingSettings()) == 1  # the tests run on TensorFlow
+    assert pad_to_multiple(TrainingSettings.from_dict({"pad_to_multiple": 8})) == 8
 
 
 def test_regularizers_by_set_then_finetune_without_noise(tmp_path, capsys):

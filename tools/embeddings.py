@@ -45,7 +45,10 @@ import sys
 
 import numpy as np
 
+from tools.plots import plot_normalized
+from tools.word_similarity import input_embedding
 from zoo.errors import UserError
+from zoo.runtime import quiet_start
 
 PROG = "tools.embeddings"
 THRESHOLDS = (0.75, 0.95)
@@ -127,7 +130,6 @@ def word_ids(words, vocabulary):
 
 def plot_spectrum(values, path, label):
     """s_i / s_max on a log y axis (`tools.plots.plot_normalized`)."""
-    from tools.plots import plot_normalized
     return plot_normalized([np.asarray(values)], [label], path,
                            title="Normalized singular values of the embedding matrix")
 
@@ -136,6 +138,7 @@ def plot_projection(projection, labels, path, title="Embeddings on the first two
                                                      "components"):
     """Scatter of every row's first two PCA coordinates; `labels` ({row id: word}) are
     highlighted and written next to their points."""
+    # deferred: matplotlib takes half a second to import, and only plots need it
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -205,7 +208,6 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from zoo import quiet_start
     quiet_start.start()
     try:
         return _run(args)
@@ -238,15 +240,16 @@ def _label_ids(args, run):
 def _corpus_for_counts(args, run):
     """The model's corpus for word counts, or None when the run's own corpus is not on this
     machine (a corpus named with --corpus must load)."""
+    # deferred: these import TensorFlow, which must start after `main`'s quiet start
     from tflm.data import CorpusNotFoundError
-    from zoo.corpora import load_data
-    from zoo.model_vocabulary import check_model_vocabulary
+    from zoo.runs.corpora import load_data
+    from zoo.models.vocabulary import check_model_vocabulary
 
-    if args.corpus is None and (run.config is None or "corpus" not in run.config):
+    if args.corpus is None and run.settings is None:
         return None
-    cfg = run.config["corpus"] if args.corpus is None else {"name": args.corpus}
+    corpus_settings = run.settings.corpus if args.corpus is None else args.corpus
     try:
-        corpus, _ = load_data(cfg, args.data_dir)
+        corpus, _ = load_data(corpus_settings, args.data_dir)
     except CorpusNotFoundError as err:
         if args.corpus is not None:
             raise UserError(str(err)) from err
@@ -256,8 +259,7 @@ def _corpus_for_counts(args, run):
 
 
 def _run(args):
-    from tools.word_similarity import input_embedding
-    from zoo.saved_run import open_run
+    from zoo.runs.saved_run import open_run  # deferred: imports TensorFlow, after quiet start
 
     run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir, need_corpus=False)
     embeddings, tied = input_embedding(run.model)

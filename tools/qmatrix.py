@@ -29,10 +29,12 @@ import time
 
 import numpy as np
 
+from zoo.runtime import allocator, quiet_start, xla_flags
+
 
 class VocabularyMismatchError(ValueError):
     """The model's output size differs from the corpus vocabulary. (The command line also
-    compares the words with the run's vocab.txt: `zoo.model_vocabulary`.)"""
+    compares the words with the run's vocab.txt: `zoo.models.vocabulary`.)"""
 
 
 def _model_vocab_size(model):
@@ -59,6 +61,7 @@ def export_q(model, corpus, split, out_path, *, max_rows=None, dtype="float32", 
     Returns:
         The sidecar dict (shape, perplexity, ...).
     """
+    # deferred: Keras starts TensorFlow; `main` sets up the process first
     import keras
 
     from tflm import backends
@@ -129,13 +132,13 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float16", "float32", "float64"])
     p.add_argument("--bptt", type=int, default=70)
     args = p.parse_args(argv)
-    from zoo import allocator, quiet_start, xla_flags
     allocator.keep_freed_memory()  # before any framework starts its threads
     xla_flags.fast_cpu_compiles()  # before JAX starts its backend
     quiet_start.start()
+    # deferred: these import TensorFlow, which must start after the set-up above
     from tflm.data import CorpusNotFoundError
-    from zoo.model_vocabulary import VOCAB_FILE, check_model_vocabulary
-    from zoo.saving import load_model
+    from zoo.models.saving import load_model
+    from zoo.models.vocabulary import VOCAB_FILE, check_model_vocabulary
     try:
         model = load_model(args.model)
         corpus = _corpus_for(args.corpus, args.data_dir, args.model)
@@ -155,11 +158,14 @@ def main(argv=None):
 
 def _corpus_for(name, data_dir, model_path):
     """A corpus by name/dir; "run" = the synthetic corpus of the run that made the model."""
+    # deferred: these import TensorFlow, which must start after `main`'s set-up
     from tflm.data import load_corpus
     if name == "run":
-        from zoo.corpora import load_data
+        # deferred: as load_corpus
+        from zoo.runs.corpora import load_data
+        from zoo.runs.settings import RunSettings
         config = json.loads((pathlib.Path(model_path).parent / "config.json").read_text())
-        return load_data(config["corpus"], data_dir)[0]
+        return load_data(RunSettings.from_config(config).corpus, data_dir)[0]
     return load_corpus(name, data_dir=data_dir)
 
 

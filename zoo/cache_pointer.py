@@ -105,6 +105,7 @@ def evaluate_with_pointer(model, ids, settings, progress=False):
     """Perplexity of `model` on the token ids `ids` with the cache pointer; returns
     {"perplexity", "loss", "tokens", "seconds", "words_per_second",
     "model_perplexity"} (the last: the same pass without the pointer)."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     import keras
 
     settings.check()
@@ -172,6 +173,7 @@ def main(argv=None):
     start_command()
     args = build_parser().parse_args(argv)
     imports_done()
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.run_scalars import evaluated_epoch, log_scalars
     from zoo.runs.saved_run import open_run, vocabulary_note
     prog = "zoo.cache_pointer"

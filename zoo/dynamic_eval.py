@@ -136,8 +136,10 @@ def _segments(num_positions, bptt):
 
 def gradient_statistics(model, train_ids, settings, progress=False):
     """Step 1: MS_p and decrate_p from the training split (`Statistics`)."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     import keras
 
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from tflm import backends
     from tflm.data import batchify
 
@@ -181,8 +183,10 @@ def dynamic_evaluate(model, ids, settings, statistics, progress=False, restore=T
     """Step 2 on the token ids of a split; returns {"perplexity", "loss", "tokens",
     "seconds", "words_per_second"}. The model's weights are restored afterwards unless
     `restore=False` (then they are the adapted ones)."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     import keras
 
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from tflm import backends
 
     settings.check()
@@ -232,6 +236,7 @@ def _eval_lengths(num_positions, bptt):
 
 def static_perplexity(model, ids, bptt):
     """Perplexity at batch 1 with windows of `bptt`, no adaptation (the comparison)."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     import keras
 
     ids = np.asarray(ids, dtype=np.int32)
@@ -281,6 +286,7 @@ def main(argv=None):
     start_command()
     args = build_parser().parse_args(argv)
     imports_done()
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.run_scalars import evaluated_epoch, log_scalars
     from zoo.runs.saved_run import open_run, vocabulary_note
     prog = "zoo.dynamic_eval"

@@ -39,7 +39,8 @@ EVALUATIONS_FILE = "evaluations.json"
 def run_window(training, split_bptt, batch_size, vocab_size, carries_state, setting=None):
     """The window `zoo.train` computes a pass at `batch_size` x `split_bptt` with
     (`zoo.runs.eval_window.window_for_run`), a bad `setting` as a `UserError`."""
-    from zoo.runs.eval_window import window_for_run  # deferred: after start_command
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
+    from zoo.runs.eval_window import window_for_run
     try:
         return window_for_run(training, split_bptt, batch_size, vocab_size, carries_state,
                               setting)
@@ -51,7 +52,8 @@ def evaluate(run, split="test", batch_size=1, bptt=None, verbose=0, window=None)
     """Evaluate `run` (a `zoo.runs.saved_run.SavedRun`) on `split`; returns the result dict.
     `window`: the window computed with ("auto", "bptt" or an integer; default the run's
     setting, else "auto"): the perplexity is the bptt windows' (`zoo.runs.eval_window`)."""
-    from tflm import data  # deferred: a command's frameworks import after start_command
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
+    from tflm import data
     from zoo.runs.builders import pad_to_multiple
 
     bptt = run.training.final_bptt if bptt is None else int(bptt)
@@ -120,6 +122,7 @@ def main(argv=None):
     start_command()
     args = build_parser().parse_args(argv)
     imports_done()  # the frameworks' objects: no full GC walks them
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.run_scalars import evaluated_epoch, log_scalars
     from zoo.runs.saved_run import open_run, vocabulary_note
     prog = "zoo.evaluate"

@@ -34,7 +34,9 @@ after every 20th word.
 """
 
 import argparse
+import contextlib
 import math
+import pathlib
 import sys
 
 import numpy as np
@@ -142,6 +144,7 @@ def sample_stream(model, vocabulary, num_words, temperature=1.0, seed=None, prom
 
 
 def _stream(model, vocabulary, ids, num_words, temperature, seed, top_k):
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from keras import ops
 
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -240,9 +243,7 @@ def main(argv=None):
 
 
 def _run(args):
-    import contextlib
-    import pathlib
-
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.saved_run import open_run, vocabulary_note
 
     check_options(args.words, args.temperature, args.top_k)
@@ -262,6 +263,7 @@ def _run(args):
                            args.seed, args.prompt, args.top_k)
     bar = None
     if out is not None and args.words > PROGRESS_MIN_WORDS:
+        # deferred: a command's frameworks import after start_command (zoo.runtime.command)
         import keras
         bar = keras.utils.Progbar(args.words, unit_name="word")
     words = []

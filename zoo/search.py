@@ -36,6 +36,7 @@ DIVERGED_FILE = "diverged.json"
 
 
 def build_parser():
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.search_space import SPACES
     p = argparse.ArgumentParser(prog="python -m zoo.search",
                                 description=__doc__.splitlines()[0])
@@ -59,6 +60,7 @@ def build_parser():
 
 def trial_config(preset, overrides, values, epochs=None):
     """The configuration of one trial: preset, `--set` overrides, drawn values, --epochs."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.config import resolve_config
     from zoo.runs.settings import RunSettings
     from zoo.runs.search_space import apply_sample
@@ -101,6 +103,7 @@ def _check_sample(path, record):
 
 def run_trial(index, record, config, out, data_dir, verbose):
     """Train (or resume) trial `index`; returns its summary row."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from tflm.callbacks import TrainingDiverged
     from zoo.runs.training import run
     path = trial_dir(out, index)
@@ -109,6 +112,7 @@ def run_trial(index, record, config, out, data_dir, verbose):
         path.mkdir(parents=True, exist_ok=True)
         (path / SAMPLE_FILE).write_text(json.dumps(record, indent=2))
     if state in ("new", "interrupted"):
+        # deferred: a command's frameworks import after start_command (zoo.runtime.command)
         import keras
         keras.utils.clear_session()  # the previous trial's graphs and variables
         print(f"zoo.search: trial {index} ({'resumed' if state == 'interrupted' else 'new'}): "
@@ -168,6 +172,7 @@ def summary_table(rows, title=""):
 def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), data_dir=None,
            verbose=1):
     """Run (or resume) the search; returns the summary rows (every trial, in trial order)."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.search_space import load_space, sample
     if trials < 1:
         raise UserError(f"--trials must be >= 1; got {trials}.")
@@ -198,6 +203,7 @@ def main(argv=None):
     start_command()
     try:
         args = build_parser().parse_args(argv)
+        # deferred: a command's frameworks import after start_command (zoo.runtime.command)
         from tflm.data import CorpusNotFoundError
         from zoo.runs.checkpoint import CheckpointError
         imports_done()

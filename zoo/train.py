@@ -25,6 +25,7 @@ from zoo.runtime.command import imports_done, run_command, start_command
 
 def build_parser():
     """The argument parser of `python -m zoo.train` (every flag with its help text)."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.models.heads import head_names
     from zoo.presets import list_presets
     p = argparse.ArgumentParser(
@@ -96,6 +97,7 @@ def summary_table(results):
 def finetune_config(args):
     """The configuration of a finetuning run: RUN_DIR's config with the preset's
     `finetune_overrides`, then the command line's flags and `--set` overrides."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.config import apply_override
     path = pathlib.Path(args.finetune) / "config.json"
     if not path.exists():
@@ -127,6 +129,7 @@ def interrupted_message(out, args):
     """The one line a Ctrl-C prints: where the last epoch checkpoint is and the command that
     continues the run, or that nothing was kept (a new run's folder is removed when no
     epoch finished: `zoo.runs.run_dir`)."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.checkpoint import CheckpointError, read_state
     out = pathlib.Path(out)
     if not (out / "checkpoint" / "state.json").exists():
@@ -185,6 +188,7 @@ def missing_base_message(base):
 
 def _main(args, out):
     """`main` after the start: train into `out`, or print the one-line error."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from tflm.callbacks import TrainingDiverged
     from tflm.data import CorpusNotFoundError
     from zoo.runs.checkpoint import CheckpointError

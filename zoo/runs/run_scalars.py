@@ -31,6 +31,7 @@ def evaluated_epoch(run_dir, model_path):
 def log_scalars(run_dir, values, step):
     """Write `values` ({tag: number}) to `run_dir/logs/evaluation` at `step`; returns the
     folder. Tags are slash-separated groups, e.g. "dynamic_eval/test_perplexity"."""
+    # deferred: TensorFlow's summary writer, only when scalars are logged
     import tensorflow as tf
 
     folder = pathlib.Path(run_dir) / "logs" / EVALUATION_DIR

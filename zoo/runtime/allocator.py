@@ -120,6 +120,7 @@ def jax_backend_started():
     before a run starts, importing Keras would start the framework's imports too early)."""
     if "jax" not in sys.modules:
         return False
+    # deferred: process set-up runs before any framework is imported
     from tflm.compat import jax_backend_started as started
     return started()
 
@@ -129,6 +130,7 @@ def _run_jax_cpu_programs_inline():
     backend starts). False where JAX is not installed, has no such flag, or has started."""
     if jax_backend_started() or importlib.util.find_spec("jax") is None:
         return False
+    # deferred: process set-up runs before any framework is imported
     import jax
     if JAX_ASYNC_DISPATCH not in jax.config.values:
         return False

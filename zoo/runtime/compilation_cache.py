@@ -32,12 +32,14 @@ def cache_dir():
 def enable():
     """Point JAX's persistent compilation cache at `cache_dir()` when the Keras backend is
     JAX; returns the folder used (None: another backend, or disabled)."""
+    # deferred: process set-up runs before any framework is imported
     import keras
     if keras.backend.backend() != "jax":
         return None
     folder = cache_dir()
     if folder is None:
         return None
+    # deferred: process set-up runs before any framework is imported
     import jax
     folder.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(folder))

@@ -76,6 +76,7 @@ def CheckCtrlC():  # noqa: N802 - a Keras callback, named as one
     start and end of every epoch. Async-safe (`tflm.callbacks`): where Keras runs the batch
     hooks on a worker thread, the `KeyboardInterrupt` reaches the loop at its next batch or
     at the epoch's end, still a safe point."""
+    # deferred: process set-up runs before any framework is imported
     import keras
 
     class _CheckCtrlC(keras.callbacks.Callback):

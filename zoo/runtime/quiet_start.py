@@ -41,6 +41,8 @@ import re
 import sys
 import tempfile
 
+from zoo.runtime.allocator import keras_backend_name
+
 LOG_LEVEL = "2"
 
 # The start-up lines `start()` drops (a C++ log line's text, or a whole line).
@@ -87,10 +89,10 @@ def start():
         return
     try:
         with (contextlib.nullcontext() if wants_tensorflow_logs() else filtered_stderr()):
+            # deferred: process set-up runs before any framework is imported
             import tensorflow as tf
             tf.config.list_physical_devices()  # CUDA's start-up lines come now, not mid-run
     except ModuleNotFoundError as exc:
-        from zoo.runtime.allocator import keras_backend_name
         if exc.name != "tensorflow" or keras_backend_name() == "tensorflow":
             raise
 
