@@ -19,8 +19,9 @@ killed after its last checkpoint but before metrics.json only writes its outputs
 import json
 import pathlib
 
-from zoo.runs import checkpoint
 from zoo.errors import UserError
+from zoo.runs import checkpoint
+from zoo.runs.settings import TrainingSettings
 
 # argparse destination -> flag: what a resume may not change.
 FIXED_FLAGS = (("preset", "--preset"), ("corpus", "--corpus"), ("head", "--head"),
@@ -62,7 +63,7 @@ def resume_config(run_dir, epochs=None):
     state = checkpoint.read_state(run_dir)
     config = read_config(run_dir)
     training = config.setdefault("training", {})
-    done, planned = int(state["epoch"]), int(training.get("epochs", 1))
+    done, planned = int(state["epoch"]), TrainingSettings.from_dict(training).epochs
     stopped = bool((state.get("trigger") or {}).get("stopped"))
     if epochs is not None and epochs < done:
         raise UserError(f"--epochs {epochs} is fewer than the {done} epochs {run_dir} has "

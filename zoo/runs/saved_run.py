@@ -20,9 +20,9 @@ import pathlib
 from tflm.data import CorpusNotFoundError
 from zoo.errors import UserError
 from zoo.models.saving import load_model
+from zoo.models.vocabulary import VOCAB_FILE, check_model_vocabulary, saved_vocabulary
 from zoo.runs.corpora import load_data
 from zoo.runs.settings import RunSettings, TrainingSettings
-from zoo.models.vocabulary import VOCAB_FILE, check_model_vocabulary, saved_vocabulary
 
 MODEL_FILE = "best.keras"
 CONFIG_FILE = "config.json"

@@ -5,8 +5,8 @@ from keras import ops
 
 from tflm.layers import (EmbeddingDropout, EmbeddingNoise, LockedDropout, SpectralEmbedding,
                          TiedEmbedding, WeightDropLSTM)
-from tflm.regularizers import CosineSimilarityRegularizer
 from tflm.padding import padding_mask, without_padding
+from tflm.regularizers import CosineSimilarityRegularizer
 
 
 def _seed(seed, offset):
