@@ -16,12 +16,12 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 
 def _with_older_emitters():
-    """XLA:CPU's older loop emitters, as `zoo.train` runs JAX (`zoo.xla_flags`): 18% less
+    """XLA:CPU's older loop emitters, as `zoo.train` runs JAX (`zoo.runtime.xla_flags`): 18% less
     time for test_padding, test_lstm_backward, test_jax_threefry and test_jax_target_log_probs
     (130 -> 106 s). TensorFlow's XLA reads XLA_FLAGS too, and an entry it does not know
     ends the process: only where both jaxlib and TensorFlow are releases that know it."""
     import importlib.metadata
-    from zoo import xla_flags
+    from zoo.runtime import xla_flags
     try:
         tf_version = tuple(int(x) for x in importlib.metadata.version("tensorflow").split(".")[:2])
     except importlib.metadata.PackageNotFoundError:
@@ -91,6 +91,6 @@ _NATIVE_LOG_LINE = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] |"
 def without_native_log_lines(text):
     """`text` without the C++ runtime's log lines (TensorFlow / XLA, e.g. "E0000 ...
     util.cc:131] oneDNN supports DT_BOOL only on platforms with AVX-512", which TensorFlow
-    prints mid-run on some CPUs whatever zoo.quiet_start filtered at start-up)."""
+    prints mid-run on some CPUs whatever zoo.runtime.quiet_start filtered at start-up)."""
     return "".join(line for line in text.splitlines(keepends=True)
                    if not _NATIVE_LOG_LINE.match(line))

@@ -12,7 +12,7 @@ from tests.backends import run_in_backend
 from tests.test_heads_backends import np_log_softmax, np_logsumexp
 from tflm.layers import MoSLayer, SoftmaxLayer, TiedEmbedding
 from tflm.layers.advsoft import adversarial_target_shift
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
 RNG = np.random.default_rng(5)
 
@@ -167,7 +167,7 @@ def test_model_passes_targets_in_training_and_evaluation_is_unchanged():
 BACKEND_SNIPPET = """
 import json, tempfile, os, numpy as np, keras
 from tflm.layers import SoftmaxLayer, TiedEmbedding
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 rng = np.random.default_rng(0)
 out = {}
 emb = TiedEmbedding(12, 5); emb.build()

@@ -1,4 +1,4 @@
-"""`zoo.allocator`: glibc's malloc set so a training step reuses the memory it freed."""
+"""`zoo.runtime.allocator`: glibc's malloc set so a training step reuses the memory it freed."""
 
 import json
 import os
@@ -55,7 +55,7 @@ def test_jax_cpu_programs_run_inline_and_only_before_the_backend_starts():
     JAX's backend has started the flag is no longer read, and nothing is set."""
     code = """
 import json
-from zoo import allocator
+from zoo.runtime import allocator
 case = CASE
 if case == "started":
     import jax
@@ -87,11 +87,11 @@ def test_jax_training_steps_reuse_their_freed_buffers():
     `keep_freed_memory` the median step takes none."""
     code = """
 import json, resource
-from zoo import allocator
+from zoo.runtime import allocator
 allocator.keep_freed_memory("jax")
 import keras, numpy as np
 from tflm import data
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 V = 8000
 model = AWDLSTM(vocab_size=V, embed_dim=64, hidden_dim=128, num_layers=2, bptt=32)
 model.compile(optimizer="sgd")

@@ -57,7 +57,7 @@ def test_nan_and_ctrl_c_reach_fit_from_the_worker_thread():
         import json, os, signal
         import numpy as np
         from tflm.callbacks import StopOnNaN, TrainingDiverged, WordsPerSecond
-        from zoo import interrupt
+        from zoo.runtime import interrupt
 
         class EpochEnd(keras.callbacks.Callback):  # stands for a checkpoint writer
             ended = False

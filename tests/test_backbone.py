@@ -73,7 +73,7 @@ def test_build_creates_every_weight_from_shapes_without_a_forward_pass(kind, mon
     same initial values from the same seed), without running one: JAX ran the LSTM stack
     op by op for that, 3.7 s of the PTB model's build."""
     import keras
-    from zoo.zaremba_backbone import ZarembaBackbone
+    from zoo.models.zaremba.zaremba_backbone import ZarembaBackbone
 
     def make():
         keras.utils.set_random_seed(7)

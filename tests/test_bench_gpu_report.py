@@ -1,5 +1,6 @@
-"""bench/RESULTS_gpu.md's tables are what `bench/bench_gpu.py --report` makes of the results
-file the GPU machine wrote (bench/RESULTS_gpu.json): no figure typed by hand."""
+"""bench/analysis/results/gpu_rank_tools.md's tables are what `python -m
+bench.analysis.gpu_rank_tools --report` makes of the results file the GPU machine wrote
+(bench/analysis/results/gpu_rank_tools.json): no figure typed by hand."""
 
 import subprocess
 import sys
@@ -8,10 +9,11 @@ from tests.conftest import REPO
 
 
 def test_results_gpu_tables_come_from_the_results_file():
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "bench_gpu.py"), "--report",
-                          str(REPO / "bench" / "RESULTS_gpu.json")], capture_output=True,
+    results = REPO / "bench" / "analysis" / "results"
+    out = subprocess.run([sys.executable, "-m", "bench.analysis.gpu_rank_tools", "--report",
+                          str(results / "gpu_rank_tools.json")], cwd=REPO, capture_output=True,
                          text=True, check=True, timeout=120).stdout
-    published = (REPO / "bench" / "RESULTS_gpu.md").read_text()
+    published = (results / "gpu_rank_tools.md").read_text()
     tables = [line for line in out.splitlines() if line.startswith("|")]
     assert len(tables) > 20
     for line in tables:

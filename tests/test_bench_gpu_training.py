@@ -1,4 +1,4 @@
-"""bench/bench_gpu_training.py: the published GPU training table is what `--report` makes of
+"""bench/training/gpu_training.py: the published GPU training table is what `--report` makes of
 the H200 run's results file (no figure typed by hand), and the reference runs on the
 device asked for (`--cuda` is the reference's store_false CPU switch)."""
 
@@ -7,10 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from bench.training import reference_throughput as throughput
 from tests.conftest import REPO
-
-sys.path.insert(0, str(REPO / "bench"))
-import bench_reference_throughput as throughput  # noqa: E402
 
 _LOG = """| epoch   1 |     1/  142 batches | lr 30.00000 | ms/batch 30.00 | loss  9.2 | ppl 10000.00
 | epoch   1 |     2/  142 batches | lr 30.00000 | ms/batch 10.00 | loss  8.2 | ppl  3000.00
@@ -21,10 +19,11 @@ _LOG = """| epoch   1 |     1/  142 batches | lr 30.00000 | ms/batch 30.00 | los
 
 
 def test_gpu_training_table_comes_from_the_results_file():
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "bench_gpu_training.py"),
-                          "--report", str(REPO / "bench" / "RESULTS_gpu_training.json")],
+    results = REPO / "bench" / "training" / "results"
+    out = subprocess.run([sys.executable, "-m", "bench.training.gpu_training",
+                          "--report", str(results / "gpu_training.json")], cwd=REPO,
                          capture_output=True, text=True, check=True, timeout=120).stdout
-    published = (REPO / "bench" / "RESULTS.md").read_text()
+    published = (results / "gpu_training.md").read_text()
     rows = [line for line in out.splitlines() if line.startswith("|")]
     assert len(rows) == 6
     for line in rows:

@@ -3,8 +3,8 @@ respect to the flow's weights is the full-softmax objective's in expectation (Jo
 al. 2016 §3.1, Andonov 2019 §6.6.3). With Hutchinson's trace in training (the reference's
 ffjord default) it is not: Delta enters log_softmax, which is not linear in it, so the noise
 of the estimate raises the expected loss (Jensen) and biases the gradient towards a smaller
-flow Jacobian, several times the true gradient (bench/RESULTS_flow_heads.md, "why ccnf
-barely learns")."""
+flow Jacobian, several times the true gradient
+(bench/reproductions/results/flow_heads_synthetic.md, "why ccnf barely learns")."""
 
 import numpy as np
 import tensorflow as tf

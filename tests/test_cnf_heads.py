@@ -217,7 +217,7 @@ def test_conditional_sampled_training_uses_the_same_flow_as_evaluation():
 
 BACKEND_SNIPPET = """
 import json, os, tempfile, numpy as np, keras
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 x = np.random.default_rng(0).integers(0, 30, size=(4, 17))
 xs = np.concatenate([x[:, i:i + 8] for i in range(0, 16, 8)]).astype("int32")
 ys = np.concatenate([x[:, i + 1:i + 9] for i in range(0, 16, 8)]).astype("int32")

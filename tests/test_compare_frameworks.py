@@ -1,5 +1,5 @@
-"""`python tools/compare_frameworks.py` (the harness in bench/frameworks) and the native
-PyTorch peer (bench/frameworks/torch_native.py)."""
+"""`python tools/compare_frameworks.py` (the harness in tools/frameworks) and the native
+PyTorch peer (tools/frameworks/torch_native.py)."""
 
 import importlib.util
 import json
@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from bench.frameworks import compare as cf
-from bench.frameworks.report import flops_per_token
+from tools.frameworks import compare as cf
+from tools.frameworks.report import flops_per_token
 from tests.conftest import REPO
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -90,9 +90,9 @@ def test_runs_as_a_script_from_anywhere(tmp_path):
 def _keras_and_native(head, dropout=0.0, seed=0):
     import keras
 
-    from bench.frameworks.roles import export_keras_roles
-    from bench.frameworks.torch_native import from_model_config
-    from zoo.awd_lstm import AWDLSTM
+    from tools.frameworks.roles import export_keras_roles
+    from tools.frameworks.torch_native import from_model_config
+    from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
     model_cfg = dict(embed_dim=6, hidden_dim=10, num_layers=3, last_dim=6 if head == "softmax"
                      else 9, dropout=dropout, dropout_h=dropout, dropout_i=dropout,
@@ -133,7 +133,7 @@ def test_native_model_equals_keras_model_from_the_same_weights(head):
     assert float(extra.detach()) == pytest.approx(k_extra, rel=1e-5)
     # The round trip by role is exact.
     back = native.export_roles()
-    from bench.frameworks.roles import export_keras_roles
+    from tools.frameworks.roles import export_keras_roles
     for role, value in export_keras_roles(k_model).items():
         np.testing.assert_array_equal(back[role], value)
 
@@ -142,7 +142,7 @@ def test_native_model_equals_keras_model_from_the_same_weights(head):
 def test_native_dropouts_follow_the_awd_lstm_rules():
     import torch
 
-    from bench.frameworks.torch_native import LockedDropout, NativeAWDLSTM, WeightDropLSTM
+    from tools.frameworks.torch_native import LockedDropout, NativeAWDLSTM, WeightDropLSTM
 
     locked = LockedDropout(0.5).train()
     y = locked(torch.ones(4, 9, 3))

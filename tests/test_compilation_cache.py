@@ -1,7 +1,7 @@
-"""`zoo.compilation_cache`: on JAX a rerun of the same configuration compiles nothing new."""
+"""`zoo.runtime.compilation_cache`: on JAX a rerun of the same configuration compiles nothing new."""
 
 from tests.backends import run_in_backend
-from zoo import compilation_cache, xla_flags
+from zoo.runtime import compilation_cache, xla_flags
 
 
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
@@ -22,7 +22,7 @@ def test_a_jax_rerun_is_served_from_the_cache(tmp_path):
         os.environ["TFLM_JAX_CACHE_DIR"] = {str(tmp_path / 'cache')!r}
         os.environ["XLA_FLAGS"] = "--xla_backend_optimization_level=0"  # zoo.train adds to it
         # the tiny model compiles in well under JAX's default 1 s threshold: the cache
-        # fills only because zoo.compilation_cache keeps every program
+        # fills only because zoo.runtime.compilation_cache keeps every program
         from zoo import train
         tiny = ["--set", "corpus.train_tokens=3000", "--set", "corpus.valid_tokens=800",
                 "--set", "corpus.test_tokens=800", "--set", "corpus.vocab_size=30",
@@ -43,7 +43,7 @@ def test_a_jax_rerun_is_served_from_the_cache(tmp_path):
     assert int(first) > 0, "the first run must fill the cache"
     assert int(second) == int(first), "the rerun must compile nothing new"
     assert recorded == "True"
-    assert inline == "False"  # zoo.train ran JAX's CPU programs inline (zoo.allocator)
+    assert inline == "False"  # zoo.train ran JAX's CPU programs inline (zoo.runtime.allocator)
     if xla_flags.jaxlib_verified():
-        # zoo.train set XLA's emitters (zoo.xla_flags); the tests' own optimization level stays
+        # zoo.train set XLA's emitters (zoo.runtime.xla_flags); the tests' own optimization level stays
         assert flags == xla_flags.FUSION_EMITTERS

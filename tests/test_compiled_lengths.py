@@ -147,7 +147,7 @@ def test_jax_training_pads_to_compiled_lengths_with_the_same_weights():
         import json
         import keras, numpy as np
         from tflm import data
-        from zoo.awd_lstm import AWDLSTM
+        from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
         def train(pad):
             keras.utils.set_random_seed(5)

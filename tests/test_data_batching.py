@@ -256,7 +256,7 @@ def test_import_does_not_load_tensorflow():
 
 def test_lm_dataset_runs_without_tf_data_autotuning():
     # Autotuning's thread kept each finished evaluate / fit pass alive until its doubling
-    # sleep ended (bench/bench_data_pipeline.py); the pipeline must keep it off, also after
+    # sleep ended (bench/training/data_pipeline.py); the pipeline must keep it off, also after
     # a user's own options are merged in.
     import tensorflow as tf
     ds = lm_dataset(np.arange(500), 4, 10, train=False)

@@ -20,7 +20,7 @@ import json, numpy as np, keras, tensorflow as tf
 from tflm import distribute
 distribute.use_logical_cpus(2)
 from tflm.layers import EmbeddingDropout, LockedDropout, WeightDropLSTM
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 kw = dict(embed_dim=8, hidden_dim=12, num_layers=2, seed=3, bptt=10, dropout=0, dropout_h=0,
           dropout_i=0, dropout_e=0, weight_dropout=0, clip_norm=0.1, weight_decay=0.01)
 data = np.random.default_rng(0).integers(0, 30, size=(4, 61)).astype("int32")
@@ -357,7 +357,7 @@ import json, os, numpy as np
 from tflm import distribute
 strategy = None if os.environ["ROLE"] == "single" else distribute.get_strategy("multi-worker")
 import keras
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 kw = dict(embed_dim=8, hidden_dim=12, num_layers=2, seed=3, bptt=10, dropout=0, dropout_h=0,
           dropout_i=0, dropout_e=0, weight_dropout=0, clip_norm=0.1, weight_decay=0.01)
 ids = np.random.default_rng(0).integers(0, 30, size=4 * 61).astype("int32")

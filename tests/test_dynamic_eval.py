@@ -137,8 +137,8 @@ def test_the_new_scaling_is_the_old_one_in_other_units():
 @pytest.mark.parametrize("head", ["softmax", "mos"])
 def test_equals_the_mos_codes_dynamiceval_on_identical_weights(head):
     torch = pytest.importorskip("torch")
-    from bench.reference_peer import (ReferenceRNNModel, load_keras_weights,
-                                      peer_weights_as_keras, reference_dynamic_eval)
+    from tflm.testing.reference_peer import (ReferenceRNNModel, load_keras_weights,
+                                             peer_weights_as_keras, reference_dynamic_eval)
     last = E if head == "softmax" else 10
     spec = "softmax" if head == "softmax" else {"type": "mos", "num_experts": 3}
     model = _model(spec, last)
@@ -165,7 +165,7 @@ def test_adapts_to_text_whose_statistics_drift(tiny_run):
     """The tiny run's model, trained on one Markov language, meets a test split whose second
     half comes from another: dynamic evaluation ends well below static evaluation."""
     from tflm.data.synthetic import markov_language
-    from zoo.saved_run import open_run
+    from zoo.runs.saved_run import open_run
     run = open_run(tiny_run)
     first = np.asarray(run.corpus.split("test"))[:400]
     other = markov_language(40, seed=99).sample(600, seed=1)
@@ -206,7 +206,7 @@ def test_the_preset_carries_the_published_settings(tiny_run, tmp_path):
     config = json.loads((run / "config.json").read_text())
     config["dynamic_evaluation"] = {"lamb": 0.075, "epsilon": 0.002}
     (run / "config.json").write_text(json.dumps(config))
-    from zoo.saved_run import open_run
+    from zoo.runs.saved_run import open_run
     settings = de.settings_for(open_run(run), {"lr": 0.001, "lamb": None})
     assert (settings.lamb, settings.epsilon, settings.lr) == (0.075, 0.002, 0.001)
     from zoo.presets import load_preset

@@ -1,4 +1,4 @@
-"""`zoo.eval_window`: evaluation at long windows gives the bptt windows' perplexity, and the
+"""`zoo.runs.eval_window`: evaluation at long windows gives the bptt windows' perplexity, and the
 window "auto" picks stays within the memory of a training step."""
 
 import json
@@ -9,7 +9,7 @@ import keras
 
 import zoo
 from tflm import data
-from zoo.eval_window import LOGITS_BUDGET, evaluation_window
+from zoo.runs.eval_window import LOGITS_BUDGET, evaluation_window
 
 V = 30
 DROPOUTS = dict(dropout=0.4, dropout_h=0.3, dropout_i=0.5, dropout_e=0.1, weight_dropout=0.5)
@@ -68,7 +68,7 @@ def test_zoo_train_records_its_windows_and_evaluate_reproduces_them(tiny_run):
     """The tiny run trains at batch 8 x bptt 10 (80 tokens) and tests at batch 10 (the
     synthetic preset's), so its windows are 10 (validation, batch 10) and test: 80 // 10."""
     from zoo import evaluate as ev
-    from zoo.saved_run import open_run
+    from zoo.runs.saved_run import open_run
     metrics = json.loads((tiny_run / "metrics.json").read_text())
     protocol = metrics["evaluation"]
     batch = protocol["test_batch_size"]

@@ -17,7 +17,7 @@ from tests.conftest import without_native_log_lines
 from tests.conftest import REPO
 from zoo import generate as gen
 from zoo.errors import UserError
-from zoo.saved_run import open_run
+from zoo.runs.saved_run import open_run
 
 PROMPT = "w3 w4"
 JAX_SEED, TORCH_SEED, BACKEND_WORDS = 21, 22, 6
@@ -29,7 +29,7 @@ def other_backends(tiny_run):
     the tiny run exists so that they run while the tests in this process do."""
     procs = {"jax": _start("jax", ["-c", textwrap.dedent(f"""
         import json
-        from zoo.saved_run import open_run
+        from zoo.runs.saved_run import open_run
         from zoo.generate import generate
         run = open_run({str(tiny_run)!r}, need_corpus=False)
         print(json.dumps(generate(run.model, run.vocabulary, {BACKEND_WORDS}, seed={JAX_SEED},

@@ -16,7 +16,7 @@ KERAS_BACKENDS = [b for b in ("tensorflow", "jax", "torch")
 def test_jax_fit_carries_state_evaluates_predicts_and_saves(tmp_path):
     out = run_in_backend("jax", f"""
         import numpy as np, keras
-        from zoo.awd_lstm import AWDLSTM
+        from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
         m = AWDLSTM(20, embed_dim=6, hidden_dim=8, num_layers=2, seed=1, bptt=5)
         m.compile(optimizer=keras.optimizers.SGD(2.0))
         m.build()
@@ -74,7 +74,7 @@ def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling
     (`tflm.backends.jax_target_log_probs`), TensorFlow's the full softmax."""
     code = """
         import numpy as np, keras
-        from zoo.awd_lstm import AWDLSTM
+        from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
         from tflm.optimizers import SGD
         keras.utils.set_random_seed(0)
         m = AWDLSTM(15, embed_dim=4, hidden_dim=6, num_layers=2, dropout=0, dropout_h=0,
@@ -97,7 +97,7 @@ def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling
     code = code.replace("HEAD", repr(spec))
     run_in_backend("tensorflow", f"""
         import numpy as np
-        from zoo.awd_lstm import AWDLSTM
+        from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
         m = AWDLSTM(15, embed_dim=4, hidden_dim=6, num_layers=2, last_dim=4,
                     head={spec!r}); m.build()
         np.savez("{tmp_path}/w.npz", **{{f"a{{i}}": v for i, v in enumerate(m.get_weights())}})

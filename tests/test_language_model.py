@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from tests.backends import run_in_backend
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
 V = 37
 
@@ -208,7 +208,7 @@ def test_mixed_precision_model_outputs_float32_and_keeps_float32_variables():
 def test_torch_backend_fit_and_state_carrying():
     out = run_in_backend("torch", """
         import numpy as np, keras
-        from zoo.awd_lstm import AWDLSTM
+        from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
         m = AWDLSTM(20, embed_dim=6, hidden_dim=8, num_layers=2, seed=1, bptt=5)
         m.compile(optimizer=keras.optimizers.SGD(2.0))
         data = np.tile(np.arange(5, dtype="int32"), 40)[None].repeat(2, 0)
@@ -230,7 +230,7 @@ def test_torch_backend_fit_and_state_carrying():
 def test_jax_backend_forward_and_backward():
     out = run_in_backend("jax", """
         import numpy as np, jax, keras
-        from zoo.awd_lstm import AWDLSTM
+        from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
         m = AWDLSTM(20, embed_dim=6, hidden_dim=8, num_layers=2, seed=1, carry_state=False)
         m.build()
         x = np.random.default_rng(0).integers(0, 20, size=(2, 7)).astype("int32")
@@ -324,7 +324,7 @@ _EVALUATE_IS_WINDOW_FREE = """
 import numpy as np, keras
 from keras import ops
 from tflm import data
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
 ids = np.random.default_rng(0).integers(0, 60, 400)
 keras.utils.set_random_seed(0)

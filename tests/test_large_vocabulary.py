@@ -33,7 +33,7 @@ def test_zipf_language_probabilities_sample_and_optimal_perplexity():
 
 
 def test_zoo_makes_the_zipf_corpus_by_name():
-    from zoo.corpora import load_data
+    from zoo.runs.corpora import load_data
     corpus, optimal = load_data({"name": "synthetic", "kind": "zipf", "vocab_size": 100_000,
                                  "train_tokens": 3000, "valid_tokens": 100,
                                  "test_tokens": 100})
@@ -47,7 +47,7 @@ from tflm import distribute
 strategy = None if os.environ["ROLE"] == "single" else distribute.get_strategy("multi-worker")
 import keras
 from tflm import data
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 V = 100_000
 ids = data.zipf_language(V, seed=0).sample(4 * 31, seed=1)
 kw = dict(embed_dim=8, hidden_dim=8, num_layers=2, seed=3, bptt=10, dropout=0, dropout_h=0,

@@ -111,7 +111,7 @@ def test_missing_incomplete_and_altered_copies_are_refused_clearly(tmp_path):
 
 
 def test_zoo_names_the_corpus_lm1b(tmp_path):
-    from zoo.corpora import load_data
+    from zoo.runs.corpora import load_data
     from zoo.errors import ConfigError
     make_release(tmp_path)
     corpus, optimal = load_data({"name": "lm1b", "vocab_size": 12, "verify": False,

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tests.backends import run_in_backend
 from tflm.layers import NeuralODELogits, SoftmaxLayer, TiedEmbedding
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
 RNG = np.random.default_rng(7)
 
@@ -164,7 +164,7 @@ def test_fit_reports_nfe_and_saves(tmp_path):
 
 BACKEND_SNIPPET = """
 import json, os, tempfile, numpy as np, keras
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 x = np.random.default_rng(0).integers(0, 40, size=(4, 61))
 xs = np.concatenate([x[:, i:i + 10] for i in range(0, 60, 10)]).astype("int32")
 ys = np.concatenate([x[:, i + 1:i + 11] for i in range(0, 60, 10)]).astype("int32")

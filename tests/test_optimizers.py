@@ -276,12 +276,14 @@ def test_clipping_is_torch_clip_grad_norm(norm_scale):
     """Factor clip / (norm + 1e-6), at most 1, as torch.nn.utils.clip_grad_norm_; at tiny
     norms the 1e-6 is most of the factor (1e-6 / (2e-6 + 1e-6) = 1/3, not 1/2)."""
     torch = pytest.importorskip("torch")
+    from tflm import backends
     from tflm.backends.gradients import clip_and_scale
     rng = np.random.default_rng(4)
     grads = [rng.normal(size=s).astype("float32") for s in ((3, 4), (5,))]
     total = np.sqrt(sum((g ** 2).sum() for g in grads))
     grads = [g * (2 * norm_scale / total) for g in grads]  # global norm 2 * norm_scale
-    clipped, norm = clip_and_scale([tf.constant(g) for g in grads], norm_scale, 1.0)
+    clipped, norm = clip_and_scale(backends.current(), [tf.constant(g) for g in grads],
+                                   norm_scale, 1.0)
     params = [torch.nn.Parameter(torch.zeros(g.shape)) for g in grads]
     for p, g in zip(params, grads):
         p.grad = torch.as_tensor(g)
@@ -298,6 +300,7 @@ def test_clip_norm_of_sparse_gradients_counts_repeated_rows_once_summed():
     slices' (which undercounts repeated words and made replicated sampled training clip
     differently from one device)."""
     torch = pytest.importorskip("torch")
+    from tflm import backends
     from tflm.backends.gradients import clip_and_scale
     rng = np.random.default_rng(5)
     values = rng.normal(size=(6, 3)).astype("float32")
@@ -305,7 +308,7 @@ def test_clip_norm_of_sparse_gradients_counts_repeated_rows_once_summed():
     sparse = tf.IndexedSlices(tf.constant(values), tf.constant(indices), tf.constant([5, 3]))
     dense = tf.convert_to_tensor(sparse).numpy()
     other = rng.normal(size=(4,)).astype("float32")
-    clipped, norm = clip_and_scale([sparse, tf.constant(other)], 0.5, 1.0)
+    clipped, norm = clip_and_scale(backends.current(), [sparse, tf.constant(other)], 0.5, 1.0)
     params = [torch.nn.Parameter(torch.zeros(dense.shape)), torch.nn.Parameter(torch.zeros(4))]
     params[0].grad, params[1].grad = torch.as_tensor(dense), torch.as_tensor(other)
     want = float(torch.nn.utils.clip_grad_norm_(params, 0.5))

@@ -3,6 +3,7 @@ anywhere, with nothing taken from the clone (issue 40: the framework comparison 
 imported `bench`, which is not installed)."""
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -19,9 +20,16 @@ def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("venv")
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(root / "env")
     python = root / "env" / "bin" / "python"
+    source = root / "source"  # pip builds in the source folder: a copy keeps the clone clean
+    for name in ("pyproject.toml", "setup.cfg", "README.md"):
+        source.mkdir(exist_ok=True)
+        shutil.copy(REPO / name, source / name)
+    for package in ("tflm", "zoo", "tools", "bench", "tests"):
+        shutil.copytree(REPO / package, source / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     build = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--target", str(root / "site"), str(REPO)],
+         "--target", str(root / "site"), str(source)],
         capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-2000:]
     # The copy goes first on the path: the clone's editable install must not serve it.

@@ -82,7 +82,7 @@ def test_doc_cv_regularizer_leaves_masked_positions_out():
 _EQUIVALENCE = """
 import numpy as np, keras
 from tflm import data
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
 ids = np.random.default_rng(0).integers(0, 60, 1_500)
 
@@ -132,7 +132,7 @@ def test_jax_compiles_once_per_padded_length():
     out = run_in_backend("jax", """
         import numpy as np, keras
         from tflm import data
-        from zoo.awd_lstm import AWDLSTM
+        from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
         model = AWDLSTM(40, embed_dim=8, hidden_dim=16, num_layers=2, seed=1, bptt=20)
         traced = []
         step = model.train_step
@@ -162,7 +162,7 @@ def test_unpadded_promise_on_tensorflow():
         import numpy as np, keras, tensorflow as tf
         from tflm import data
         from tflm.padding import padding_mask, promised_unpadded
-        from zoo.awd_lstm import AWDLSTM
+        from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
         def mask_is_none_in_trace(check):
             seen = []

@@ -1,7 +1,7 @@
 """LanguageModel.parameter_count: every weight but the bookkeeping (a sampler's proposal,
 reported counters), as papers count parameters; zoo.train's metrics.json reports it."""
 
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
 V = 40
 

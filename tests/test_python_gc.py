@@ -1,4 +1,4 @@
-"""`zoo.python_gc`: a command line holds collections while it imports, then freezes what its
+"""`zoo.runtime.python_gc`: a command line holds collections while it imports, then freezes what its
 start-up made, so full collections skip it; a library user's or a test session's process is
 left alone."""
 
@@ -11,7 +11,7 @@ from tests.conftest import REPO
 
 CODE = """
 import gc, json, sys, time
-from zoo import python_gc
+from zoo.runtime import python_gc
 if "--command-line" in sys.argv:
     python_gc.command_line_process()
 python_gc.hold_during_start()

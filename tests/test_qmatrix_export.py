@@ -9,7 +9,7 @@ from tests import peak_rss
 from tflm import data
 from tflm.data.vocabulary import Vocabulary
 from tools.qmatrix import VocabularyMismatchError, export_q, main
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ import tempfile, pathlib
 import numpy as np
 from tflm import backends, data
 from tools.qmatrix import export_q
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 from keras.ops import convert_to_numpy as to_np
 lang = data.synthetic.markov_language(30, seed=3)
 corpus = lang.to_corpus(train_tokens=500, valid_tokens=300, test_tokens=257, seed=4)
@@ -137,7 +137,7 @@ import json, sys, numpy as np
 from tflm import data
 from tflm.data.vocabulary import Vocabulary
 from tools.qmatrix import export_q
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 """ + peak_rss.HELPERS + """
 V, rows = 20_000, 2_100
 ids = np.random.default_rng(0).integers(0, V, rows + 1)
@@ -192,7 +192,7 @@ def _windows_against_eager(model, ids, windows=((0, 20), (20, 20), (40, 7))):
             np.testing.assert_allclose(to_np(c), to_np(c2), atol=2e-5)
 
 
-@pytest.mark.parametrize("head", __import__("zoo.heads", fromlist=["x"]).head_names())
+@pytest.mark.parametrize("head", __import__("zoo.models.heads", fromlist=["x"]).head_names())
 def test_tensorflow_window_forward_equals_the_eager_forward_for_every_head(corpus, head):
     """TensorFlow compiles the export's window forward with XLA where it can (and falls
     back to the graph function where it cannot); either way every head's rows and final

@@ -1,4 +1,4 @@
-"""The command lines' quiet start (`zoo.quiet_start`): TensorFlow's start-up lines are dropped
+"""The command lines' quiet start (`zoo.runtime.quiet_start`): TensorFlow's start-up lines are dropped
 from stderr, everything else (Python warnings, other C++ lines) is kept. The whole command
 without those lines: tests/test_zoo_train.py::test_cli_module_runs_without_start_up_noise."""
 
@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from tests.conftest import REPO
-from zoo import quiet_start
+from zoo.runtime import quiet_start
 
 NOISE = [
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
@@ -34,7 +34,7 @@ def test_filtered_stderr_drops_start_up_lines_and_keeps_the_rest():
     # File descriptor 2 is the process's own: a subprocess, without TensorFlow (fast).
     code = textwrap.dedent(f"""
         import os, sys, warnings
-        from zoo.quiet_start import filtered_stderr
+        from zoo.runtime.quiet_start import filtered_stderr
         with filtered_stderr():
             for line in {[*NOISE[:2], KEPT, *NOISE[2:]]!r}:
                 os.write(2, (line + "\\n").encode())

@@ -1,4 +1,4 @@
-"""Parity with the reference code (bench/reference_peer.py, PyTorch) from identical weights.
+"""Parity with the reference code (tflm/testing/reference_peer.py, PyTorch) from identical weights.
 
 AWD-LSTM, MoS and DOC bodies built as the presets build them (`init="pytorch"`,
 `lstm_biases=2`), every dropout off: log-probs over three carried windows, the weights after
@@ -27,8 +27,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bench.reference_peer import (ReferenceLoop, ReferenceRNNModel,  # noqa: E402
-                                  load_keras_weights, peer_weights_as_keras)
+from tflm.testing.reference_peer import (ReferenceLoop, ReferenceRNNModel,  # noqa: E402
+                                         load_keras_weights, peer_weights_as_keras)
 from tflm.optimizers import AveragedSGD, averaged_weights  # noqa: E402
 
 V, E, H, B, BPTT, LR = 40, 8, 12, 3, 6, 20.0

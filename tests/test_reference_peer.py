@@ -1,5 +1,5 @@
-"""The PyTorch peer's dropouts and epoch loop (bench/reference_peer.py), which
-bench/repro_parity.py trains side by side with zoo.train: each dropout where and how the
+"""The PyTorch peer's dropouts and epoch loop (tflm/testing/reference_peer.py), which
+bench/reproductions/parity.py trains side by side with zoo.train: each dropout where and how the
 references draw it, checked statistically, and main.py's evaluate() with the ASGD averages."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bench.reference_peer import ReferenceLoop, ReferenceRNNModel, batchify  # noqa: E402
+from tflm.testing.reference_peer import ReferenceLoop, ReferenceRNNModel, batchify  # noqa: E402
 
 V, E, H = 30, 6, 8
 

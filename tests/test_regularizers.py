@@ -12,7 +12,7 @@ from tflm.layers import EmbeddingNoise, SpectralEmbedding, TiedEmbedding
 from tflm.layers.spectral_embedding import derived_decay_constants
 from tflm.regularizers import (CosineSimilarityRegularizer, OrthogonalityRegularizer,
                                SingularValueDecayRegularizer, decay_target)
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
 RNG = np.random.default_rng(0)
 
@@ -291,7 +291,7 @@ def test_evaluation_is_unchanged_by_every_regularizer(tmp_path):
     """The same weights evaluate alike with and without each regularizer (AdvSoft, embedding
     noise, MLE-CosReg, spectrum control: E = U diag(s) V^T holding the plain model's E), while
     the training loss moves; every one survives a .keras round trip. (Partial shuffle only
-    reorders the training streams: zoo.training never applies it to valid / test.)"""
+    reorders the training streams: zoo.runs.training never applies it to valid / test.)"""
     kw = dict(embed_dim=6, hidden_dim=8, num_layers=2, alpha=0, beta=0, seed=1, dropout=0,
               dropout_h=0, dropout_i=0, dropout_e=0, weight_dropout=0)
     keras.utils.set_random_seed(7)  # fixed weights: the perturbations' effects are small here
@@ -340,7 +340,7 @@ MIRRORED_SNIPPET = """
 import json, numpy as np, keras, tensorflow as tf
 from tflm import data, distribute
 distribute.use_logical_cpus(2)
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 strategy = distribute.get_strategy("mirrored", ["/cpu:0", "/cpu:1"])
 rng = np.random.default_rng(0)
 

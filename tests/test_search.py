@@ -9,7 +9,7 @@ from scipy import stats
 
 from zoo import search
 from zoo.errors import ConfigError
-from zoo.search_space import SPACES, check_space, load_space, sample
+from zoo.runs.search_space import SPACES, check_space, load_space, sample
 
 TINY = ["corpus.train_tokens=3000", "corpus.valid_tokens=800", "corpus.test_tokens=800",
         "corpus.vocab_size=30", "model.embed_dim=8", "training.bptt=10"]
@@ -147,7 +147,7 @@ def test_the_readme_space_example_is_a_valid_space():
 @pytest.mark.slow  # ~15 s of CPU: two 2-epoch trials, one interrupted
 def test_an_interrupted_trial_resumes_and_a_diverged_one_is_listed_last(tmp_path, capsys,
                                                                           monkeypatch):
-    from zoo import checkpoint
+    from zoo.runs import checkpoint
     space_file = tmp_path / "space.json"
     space_file.write_text(json.dumps({"fields": {"training.lr": {"choice": [20.0, 1e38]}}}))
     argv = ["--preset", "synthetic", "--space", str(space_file), "--trials", "2",

@@ -10,9 +10,9 @@ import pytest
 
 from tests.conftest import TINY_RUN_FLAGS
 from zoo import train
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 from zoo.errors import UserError
-from zoo.transfer import transfer_weights
+from zoo.models.transfer import transfer_weights
 
 KW = dict(embed_dim=6, hidden_dim=8, num_layers=2, seed=1, bptt=10, dropout=0, dropout_h=0,
           dropout_i=0, dropout_e=0, weight_dropout=0)
@@ -157,7 +157,7 @@ def test_zoo_train_sampled_conditional_flow_on_a_trained_run(tiny_run, tmp_path)
     base = json.loads((run / "metrics.json").read_text())
     assert metrics["test_perplexity"] < base["test_perplexity"]
     model = keras.saving.load_model(out / "final.keras")
-    from zoo.saved_run import open_run
+    from zoo.runs.saved_run import open_run
     corpus = open_run(str(run)).corpus
     counts = np.bincount(np.asarray(corpus.train), minlength=40).astype("float64")
     counts[counts == 0] = counts[counts > 0].min()

@@ -12,7 +12,7 @@ from tflm import data
 from tflm.optimizers import AveragedSGD, averaged_weights
 from tflm.triggers import (AveragedValidation, BestModelCheckpoint, EpochTrigger,
                            NonMonotonicTrigger)
-from zoo.awd_lstm import AWDLSTM
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
 SEQUENCE = [5, 4, 3, 3.5, 3.6, 3.7, 3.8, 3.9, 3.95]
 
@@ -190,7 +190,7 @@ def test_under_other_backends(backend):
         from tflm import data
         from tflm.optimizers import AveragedSGD, averaged_weights
         from tflm.triggers import EpochTrigger
-        from zoo.awd_lstm import AWDLSTM
+        from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
         g = np.random.default_rng(0).normal(size=(6, 5)).astype("float32")
         var, opt = keras.Variable(np.ones(5, "float32")), AveragedSGD(0.5)

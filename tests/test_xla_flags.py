@@ -1,4 +1,4 @@
-"""`zoo.xla_flags`: XLA's older CPU emitters and -O2 for a JAX run, only where known."""
+"""`zoo.runtime.xla_flags`: XLA's older CPU emitters and -O2 for a JAX run, only where known."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.backends import run_in_backend
-from zoo import xla_flags
+from zoo.runtime import xla_flags
 
 EMITTERS, LEVEL = xla_flags.FUSION_EMITTERS, xla_flags.OPTIMIZATION_LEVEL
 
@@ -88,7 +88,7 @@ def _jax_process(code):
 
 _LSTM_STEP = """
 import json, os, sys
-from zoo import xla_flags
+from zoo.runtime import xla_flags
 added = xla_flags.fast_cpu_compiles() if sys.argv[1:] == ["set"] else []
 import jax, jax.numpy as jnp
 key = jax.random.split(jax.random.key(0), 4)

@@ -1,14 +1,14 @@
 """`tools/compare_frameworks.py` on Zaremba presets: the native PyTorch peer of
-`zoo.ZarembaLSTM` (bench/frameworks/torch_zaremba.py) from the shared weights by role, the
+`zoo.ZarembaLSTM` (tools/frameworks/torch_zaremba.py) from the shared weights by role, the
 tutorial's step in `NativeTrainer`, the config resolution and the FLOP model."""
 
 import keras
 import numpy as np
 import pytest
 
-from bench.frameworks import compare as cf
-from bench.frameworks.report import flops_per_token
-from bench.frameworks.start import training_settings, window_rule
+from tools.frameworks import compare as cf
+from tools.frameworks.report import flops_per_token
+from tools.frameworks.settings import training_settings, window_rule
 
 torch = pytest.importorskip("torch")
 
@@ -22,13 +22,15 @@ HEADS = {"softmax": ({}, "softmax"),
 
 
 def _pair(kind):
-    from bench.frameworks.roles import export_keras_roles
-    from bench.frameworks.torch_native import from_model_config
-    from zoo.builders import build_model
+    from tools.frameworks.roles import export_keras_roles
+    from tools.frameworks.torch_native import from_model_config
+    from zoo.runs.builders import build_model
+    from zoo.runs.settings import RunSettings
     options, _ = HEADS[kind]
-    config = {"model": {"kind": "zaremba", "hidden_dim": H, **options}, "training": {}}
+    config = {"corpus": {}, "model": {"kind": "zaremba", "hidden_dim": H, **options},
+              "training": {}}
     keras.utils.set_random_seed(0)
-    model = build_model(config, V)
+    model = build_model(RunSettings.from_config(config), V)
     model.build()
     native = from_model_config(config["model"], V, seed=0)
     native.load_roles(export_keras_roles(model))
@@ -37,7 +39,7 @@ def _pair(kind):
 
 @pytest.mark.parametrize("kind", sorted(HEADS))
 def test_the_native_peer_computes_the_keras_models_log_probs_and_step(kind):
-    from bench.frameworks.torch_native import NativeTrainer
+    from tools.frameworks.torch_native import NativeTrainer
     from tflm.optimizers import SGD
     model, native = _pair(kind)
     x = np.random.default_rng(1).integers(0, V, (B, T))
@@ -55,7 +57,7 @@ def test_the_native_peer_computes_the_keras_models_log_probs_and_step(kind):
                             scale_by_window=False)
     loss, _ = trainer.train_step(torch.as_tensor(x), torch.as_tensor(y))
     np.testing.assert_allclose(float(logs["window_loss"]), float(loss), rtol=1e-5)
-    from bench.frameworks.roles import export_keras_roles
+    from tools.frameworks.roles import export_keras_roles
     ours = export_keras_roles(model)
     for role, value in native.export_roles().items():
         np.testing.assert_allclose(ours[role], value, atol=3e-5, err_msg=role)

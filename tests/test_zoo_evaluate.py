@@ -19,7 +19,7 @@ def _copy(tiny_run, tmp_path):
 def test_reproduces_the_runs_figures(tiny_run, tmp_path):
     metrics = json.loads((tiny_run / "metrics.json").read_text())
     config = json.loads((tiny_run / "config.json").read_text())
-    from zoo.saved_run import open_run
+    from zoo.runs.saved_run import open_run
     run = open_run(tiny_run)
     protocol = metrics["evaluation"]  # the synthetic preset tests at batch 10
     test = ev.evaluate(run, "test", batch_size=protocol["test_batch_size"])
@@ -87,7 +87,7 @@ def test_bad_input_is_a_one_line_error_and_changes_nothing(tiny_run, tmp_path, c
 def test_other_backends_reproduce_the_figures(tiny_run, backend):
     out = run_in_backend(backend, f"""
         from zoo.evaluate import evaluate
-        from zoo.saved_run import open_run
+        from zoo.runs.saved_run import open_run
         print("PPL", evaluate(open_run({str(tiny_run)!r}), "test", 10)["perplexity"])
     """)
     metrics = json.loads((tiny_run / "metrics.json").read_text())

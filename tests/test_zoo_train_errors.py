@@ -17,8 +17,9 @@ import pytest
 
 from tests.conftest import REPO, without_native_log_lines
 from tests.test_zoo_train import TINY
-from zoo import checkpoint, train
-from zoo.rundir import NewRunDir
+from zoo import train
+from zoo.runs import checkpoint
+from zoo.runs.run_dir import NewRunDir
 
 
 def _error(capsys):
@@ -190,7 +191,7 @@ def _fake_run(run_dir, epochs=3, done=3, trigger=None, metrics=True):
 
 def test_resume_plan_of_stopped_killed_and_shortened_runs(tmp_path):
     from zoo.errors import UserError
-    from zoo.resume import resume_config
+    from zoo.runs.resume import resume_config
     stopped = _fake_run(tmp_path / "stopped", epochs=10, done=4,
                         trigger={"history": [], "switched": True, "switch_epoch": 0,
                                  "stopped": True, "stop_epoch": 3})
@@ -295,7 +296,7 @@ def test_a_new_run_folder_holding_a_checkpoint_is_kept_on_ctrl_c(tmp_path):
 def test_a_ctrl_c_while_training_waits_for_a_safe_point_and_a_second_one_does_not():
     import signal as signals
 
-    from zoo import interrupt
+    from zoo.runtime import interrupt
     if signals.getsignal(signals.SIGINT) is not signals.default_int_handler:
         pytest.skip("SIGINT is not Python's here (the handler is not installed)")
     with interrupt.handle_ctrl_c():

@@ -14,6 +14,7 @@ Anything else (a distributed dataset: per-replica rows are the strategy's busine
 None: the pass then sizes the state from its first batch where the backend allows it.
 """
 
+import keras
 from keras import tree
 
 
@@ -33,7 +34,6 @@ def _put_back(first, rest):
 
 
 def _is_keras_py_dataset(x):
-    import keras
     return isinstance(x, keras.utils.PyDataset)
 
 

@@ -10,6 +10,11 @@ zoo, tools and bench uses public APIs only (PyTorch's included: `torch.lstm` is 
 here too.
 """
 
+import sys
+
+from keras.src import backend as keras_backend
+from keras.src.backend.common.symbolic_scope import in_symbolic_scope as _in_symbolic_scope
+
 
 def fused_lstm(inputs, initial_h, initial_c, mask, kernel, recurrent_kernel, bias, *,
                activation, recurrent_activation, return_sequences, go_backwards, unroll):
@@ -21,12 +26,11 @@ def fused_lstm(inputs, initial_h, initial_c, mask, kernel, recurrent_kernel, bia
     # keras.src.backend.lstm: the only entry point to Keras' cuDNN LSTM. keras.layers.LSTM
     # calls it with its own recurrent-kernel variable; DropConnect (WeightDropLSTM) must
     # call it with the dropped matrix, and no public API takes a recurrent matrix.
-    from keras.src import backend
-    return backend.lstm(inputs, initial_h, initial_c, mask, kernel=kernel,
-                        recurrent_kernel=recurrent_kernel, bias=bias, activation=activation,
-                        recurrent_activation=recurrent_activation,
-                        return_sequences=return_sequences, go_backwards=go_backwards,
-                        unroll=unroll)
+    return keras_backend.lstm(inputs, initial_h, initial_c, mask, kernel=kernel,
+                              recurrent_kernel=recurrent_kernel, bias=bias,
+                              activation=activation, recurrent_activation=recurrent_activation,
+                              return_sequences=return_sequences, go_backwards=go_backwards,
+                              unroll=unroll)
 
 
 def rnn_loop(step_function, inputs, initial_states, *, mask, go_backwards, unroll,
@@ -40,13 +44,13 @@ def rnn_loop(step_function, inputs, initial_states, *, mask, go_backwards, unrol
     # applies, with Keras' masking, go_backwards and unroll semantics on every backend
     # (tf.while_loop, lax.scan, a Python loop). The public keras.ops.scan has no mask, on
     # TensorFlow its per-step outputs must mirror the carry (c would be stacked too), and
-    # it is no faster: `python bench/bench_lstm_loop.py` (bench/RESULTS.md) measured scan /
+    # it is no faster: `python -m bench.training.lstm_loop` (bench/training/results/lstm_loop.md) measured scan /
     # rnn at 0.87-1.13x on TensorFlow, 0.98-1.02x on JAX and 1.22-1.33x on PyTorch.
-    from keras.src import backend
-    return backend.rnn(step_function, inputs, list(initial_states), go_backwards=go_backwards,
-                       mask=mask, unroll=unroll, input_length=inputs.shape[1],
-                       zero_output_for_mask=zero_output_for_mask,
-                       return_all_outputs=return_all_outputs)
+    return keras_backend.rnn(step_function, inputs, list(initial_states),
+                             go_backwards=go_backwards, mask=mask, unroll=unroll,
+                             input_length=inputs.shape[1],
+                             zero_output_for_mask=zero_output_for_mask,
+                             return_all_outputs=return_all_outputs)
 
 
 def optimizer_variable_index(optimizer, variable):
@@ -79,7 +83,7 @@ def onednn_linear(x, weight, bias):
     # torch._C._nn.mkldnn_linear: the only entry point to oneDNN's fp32 inner product for
     # dense tensors. PyTorch's public matmul and F.linear go to its BLAS (MKL in the x86
     # wheels) and reach oneDNN only for reduced precisions.
-    import torch
+    import torch  # deferred: PyTorch is optional; its backend alone calls this
     return torch._C._nn.mkldnn_linear(x.to_mkldnn(), weight, bias).to_dense()
 
 
@@ -88,7 +92,7 @@ def onednn_linear_backward(x, grad, weight, bias_defined):
     `dbias` is None unless `bias_defined`."""
     # aten::mkldnn_linear_backward_input / _weights: the backward of mkldnn_linear, in
     # torch.ops.aten (undocumented; tests/test_compat.py checks them against NumPy).
-    import torch
+    import torch  # deferred: PyTorch is optional; its backend alone calls this
     g = grad.contiguous().to_mkldnn()
     dx = torch.ops.aten.mkldnn_linear_backward_input(list(x.shape), g, weight).to_dense()
     dweight, dbias = torch.ops.aten.mkldnn_linear_backward_weights(g, x.to_mkldnn(), weight,
@@ -100,18 +104,16 @@ def in_symbolic_scope():
     """True while Keras traces a function for shapes only (`compute_output_spec`)."""
     # keras.src.backend.common.symbolic_scope.in_symbolic_scope: `keras.SymbolicScope` is
     # public but nothing public tells whether one is active.
-    from keras.src.backend.common.symbolic_scope import in_symbolic_scope as active
-    return active()
+    return _in_symbolic_scope()
 
 
 def jax_backend_started():
     """True once JAX has started its backends (XLA read `XLA_FLAGS` then, once)."""
     # jax._src.xla_bridge.backends_are_initialized: the public jax.devices() and
     # jax.extend.backend.backends() start the backends when asked; nothing public only asks.
-    import sys
     if "jax" not in sys.modules:
         return False
-    from jax._src import xla_bridge
+    from jax._src import xla_bridge  # deferred: asking must not import JAX
     return xla_bridge.backends_are_initialized()
 
 
@@ -157,7 +159,7 @@ def torch_foreach_norm(tensors):
     """The 2-norm of each tensor in `tensors` (a list of PyTorch tensors), as a list."""
     # torch._foreach_norm: the multi-tensor kernel torch.nn.utils.clip_grad_norm_ uses; a
     # launch per group of tensors on a GPU instead of two per tensor. No public equivalent.
-    import torch
+    import torch  # deferred: PyTorch is optional; its backend alone calls this
     return torch._foreach_norm(tensors)
 
 
@@ -166,19 +168,19 @@ def torch_foreach_mul(tensors, factor):
     tensor, kept on its device: no host sync)."""
     # torch._foreach_mul (Tensor overload): as torch_foreach_norm; what torch.optim and
     # clip_grad_norm_ use internally.
-    import torch
+    import torch  # deferred: PyTorch is optional; its backend alone calls this
     return torch._foreach_mul(tensors, factor)
 
 
 def torch_foreach_sub_(tensors, others):
     """`t -= o` for each pair, in place, by PyTorch's multi-tensor kernel."""
     # torch._foreach_sub_: as torch_foreach_norm (torch.optim.SGD's foreach path).
-    import torch
+    import torch  # deferred: PyTorch is optional; its backend alone calls this
     torch._foreach_sub_(tensors, others)
 
 
 def torch_foreach_add_(tensors, others):
     """`t += o` for each pair, in place, by PyTorch's multi-tensor kernel."""
     # torch._foreach_add_: as torch_foreach_norm.
-    import torch
+    import torch  # deferred: PyTorch is optional; its backend alone calls this
     torch._foreach_add_(tensors, others)

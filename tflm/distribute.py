@@ -20,6 +20,8 @@ import socket
 import keras
 import numpy as np
 
+from tflm import data
+
 STRATEGIES = ("default", "mirrored", "multi-worker")
 
 
@@ -28,7 +30,7 @@ def use_logical_cpus(count):
 
     For testing MirroredStrategy without GPUs.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: TensorFlow only when a strategy is used
     cpus = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(
         cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(int(count))])
@@ -48,7 +50,7 @@ def get_strategy(name="default", devices=None):
         raise ValueError(
             f"get_strategy({name!r}) is for the TensorFlow backend; with KERAS_BACKEND="
             f"{keras.backend.backend()} use tflm.distribute.data_parallel() (JAX).")
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: TensorFlow only when a strategy is used
     if name not in STRATEGIES:
         raise ValueError(f"Unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}.")
     if name == "default":
@@ -83,7 +85,6 @@ def lm_dataset_for(strategy, ids, batch_size, bptt, **kwargs):
     windows of its own block of streams, so worker w always carries streams
     [w B / W, (w + 1) B / W). Needs one replica per worker.
     """
-    from tflm import data
     if strategy is None or strategy.num_replicas_in_sync == 1 or not is_multi_worker(strategy):
         return data.lm_dataset(ids, batch_size, bptt, **kwargs)
     replicas = strategy.num_replicas_in_sync
@@ -119,7 +120,7 @@ def free_local_ports(count):
 def is_multi_worker(strategy):
     """True when `strategy` is a `MultiWorkerMirroredStrategy` spanning more than one worker
     (chief and worker tasks of its cluster; one process with TF_CONFIG unset is not)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: TensorFlow only when a strategy is used
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return False
     spec = strategy.cluster_resolver.cluster_spec()

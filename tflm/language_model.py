@@ -7,7 +7,8 @@ from keras import ops
 
 from tflm import backends, compat
 from tflm.batch_size import batch_size_of, leading_dim
-from tflm.compat import TokenWindowBuild
+from tflm.compat import TokenWindowBuild, nested_layers
+from tflm.layers.candidate_sampler import CandidateSampler
 from tflm.losses import sampled_token_nll, token_nll
 from tflm.metrics import Perplexity, TokenMeanNLL
 from tflm.padding import promised_unpadded, real_position_weights
@@ -208,7 +209,7 @@ class LanguageModel(TokenWindowBuild, keras.Model):
     # run time (`Backend.unpadded_check`: TensorFlow outside XLA; a padded window then
     # fails with an error naming this flag); elsewhere the mask stays. On TensorFlow the
     # 200 / 400 x 3 PTB model's step took 4% less time and its first (traced) step 0.45 s
-    # less (bench/RESULTS.md). `python -m zoo.train` sets it from the run's padding.
+    # less (bench/RESULTS.md, in git history). `python -m zoo.train` sets it from the run's padding.
     padded_windows = True
 
     def call(self, tokens, training=False, targets=None):
@@ -266,6 +267,22 @@ class LanguageModel(TokenWindowBuild, keras.Model):
             loss = loss + ops.sum(ops.stack([ops.cast(l, "float32") for l in extra]))
         return loss, nll_sum, tokens
 
+    def window_scale(self, x):
+        """T / bptt for a window `x` of T real positions (padding left out; 1.0 when the
+        model does not scale), the factor of its training step
+        (`tflm.backends.gradients.process_gradients`).
+
+        T is the window's real length. The references scale by the length they drew, which
+        is the real one except for the last window of an epoch, cut short by the end of the
+        data (`get_batch`'s min(seq_len, len - 1 - i)): there they step with the drawn
+        length's larger rate. We use the real length, so every token of an epoch gets the
+        same rate; the difference touches one window per epoch (the drawn length is not part
+        of the data a step receives)."""
+        if not self.scale_by_window:
+            return 1.0
+        real = ops.sum(real_position_weights(x)) / ops.cast(ops.shape(x)[0], "float32")
+        return real / float(self.bptt)
+
     def update_lm_metrics(self, loss, nll_sum, tokens, grad_norm=None):
         self.loss_tracker.update_from_totals(loss * tokens, tokens)
         self.nll_tracker.update_from_totals(nll_sum, tokens)
@@ -287,7 +304,6 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         layer lists the names of its non-trainable scalar variables in `reported_variables`
         (`tflm.layers.NeuralODELogits`: "nfe", its last solve's number of evaluations). The
         logs carry the value after the step's forward pass."""
-        from tflm.compat import nested_layers
         return [(name, getattr(layer, name)) for layer in nested_layers(self)
                 if layer is not self for name in getattr(layer, "reported_variables", ())
                 if isinstance(getattr(layer, name, None), keras.Variable)]
@@ -297,8 +313,6 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         except bookkeeping: a `CandidateSampler`'s proposal (2 V non-trainable values) and
         the counters layers report (`reported_variables`, e.g. NeuralODELogits' `nfe`).
         `count_params()` counts those too."""
-        from tflm.compat import nested_layers
-        from tflm.layers.candidate_sampler import CandidateSampler
         skip = {id(v) for layer in nested_layers(self) if isinstance(layer, CandidateSampler)
                 for v in layer.weights}
         skip |= {id(v) for _, v in self.reported_variables()}
@@ -323,7 +337,7 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         their keys equal the last step's logs, else with that step's logs. Under
         MirroredStrategy a step's logs are each replica's own results averaged over the
         replicas: the mean of the replicas' perplexities, 0.5-2.6 % above exp(NLL / tokens)
-        of the whole pass (Jensen; bench/RESULTS_scaling.md). Here the NLL and token totals
+        of the whole pass (Jensen; bench/training/results/scaling.md). Here the NLL and token totals
         are summed over replicas first. `grad_norm` is included once a train step has
         updated it in this pass, the layers' `reported_variables` always (their values after
         the last step); with `log_window_values` the keys differ and Keras keeps the last

@@ -24,7 +24,7 @@ import threading
 from keras import ops
 
 from tflm import backends
-from tflm.data.batching import PAD_ID
+from tflm.data.pad_id import PAD_ID
 
 
 _PROMISE = threading.local()

@@ -13,6 +13,8 @@ import pathlib
 import keras
 import numpy as np
 
+from tflm import backends
+
 
 class EmbeddingProjector(keras.callbacks.Callback):
     """Write the embedding matrix with the vocabulary as projector metadata, every epoch.
@@ -35,8 +37,8 @@ class EmbeddingProjector(keras.callbacks.Callback):
         self.get_matrix = get_matrix
 
     def on_epoch_end(self, epoch, logs=None):
-        import tensorflow as tf
-        from tensorboard.plugins import projector
+        import tensorflow as tf  # deferred: TensorFlow, needed only when writing
+        from tensorboard.plugins import projector  # deferred: imports TensorFlow
 
         matrix = (self.get_matrix() if self.get_matrix is not None
                   else self.model.embedding.embeddings)
@@ -89,7 +91,6 @@ class TopPredictionsText(keras.callbacks.Callback):
         length in one window through the backend's compiled forward
         (`Backend.window_log_probs`; op by op, JAX took 1.3-2 s an epoch for three
         contexts of 20 words of the PTB model, compiled 0.01 s after a 0.6 s compile)."""
-        from tflm import backends
         last = [None] * len(self.contexts)
         by_length = {}
         for i, ids in enumerate(self.contexts):
@@ -112,7 +113,7 @@ class TopPredictionsText(keras.callbacks.Callback):
         return "\n".join(rows)
 
     def on_epoch_end(self, epoch, logs=None):
-        import tensorflow as tf
+        import tensorflow as tf  # deferred: TensorFlow, needed only when writing
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(str(self.log_dir / "validation"))
         with self._writer.as_default():

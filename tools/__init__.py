@@ -12,6 +12,7 @@ Modules are imported on demand; nothing heavy is imported here.
 - ``tools.stats``: two-sided Wilcoxon rank-sum test over seeds.
 - ``tools.noise_robustness``: Press-rank robustness experiments (thesis §5.5, §5.6).
 - ``tools.bottleneck_demo``: the softmax bottleneck on a synthetic language.
-- ``tools/compare_frameworks.py``: the entry point of the framework comparison, whose
-  harness is ``bench.frameworks`` (run it as a script).
+- ``tools/compare_frameworks.py``: the entry point of the framework comparison
+  (``python tools/compare_frameworks.py`` or ``python -m tools.compare_frameworks``),
+  whose harness is the subpackage ``tools.frameworks``.
 """

@@ -19,7 +19,16 @@ import pathlib
 import sys
 import tempfile
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow starts, below
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from tflm import data  # noqa: E402
+from tools.qmatrix import export_q  # noqa: E402
+from tools.rank import press_rank  # noqa: E402
+from tools.spectrum import singular_values  # noqa: E402
+from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM  # noqa: E402
 
 VOCAB, DIM = 200, 8
 
@@ -27,15 +36,6 @@ VOCAB, DIM = 200, 8
 def run(epochs=16, seed=0, train_tokens=60_000, out_dir=None, verbose=0):
     """Train both heads; return {head: {"val_perplexity", "press_rank", ...}} and the
     language's optimal perplexity."""
-    import keras
-    import numpy as np
-
-    from tflm import data
-    from tools.qmatrix import export_q
-    from tools.rank import press_rank
-    from tools.spectrum import singular_values
-    from zoo.awd_lstm import AWDLSTM
-
     language = data.synthetic.mixture_markov_language(VOCAB, num_components=4,
                                                       component_rank=6, temperature=0.25,
                                                       seed=seed)

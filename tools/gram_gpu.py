@@ -12,11 +12,11 @@ The eigenvalues come from the symmetric eigensolver of the GPU library (cuSOLVER
 like LAPACK's, so the bound's second step (p(N) = N) holds too.
 
 The full product B^T B is formed (2 b N^2 flops, not dsyrk's b N^2): torch has no rank-k
-update, and on the H200 of bench/RESULTS_gpu.md (float64 GEMM at 54 TFLOP/s) the 161 block
-products of the PTB-test matrix took 0.76-1.0 s, against 0.53 s just to copy Q from the
-host. Each block crosses to the device in its own dtype and is widened there: half the
-bytes of widening it on the host. The GPU holds G,
-the scratch product and one block: 2 N^2 + b N float64 numbers (1.6 GB at N = 10,000).
+update, and on the H200 of bench/analysis/results/gpu_rank_tools.md (float64 GEMM at 54
+TFLOP/s) the 161 block products of the PTB-test matrix took 0.76-1.0 s, against 0.53 s just
+to copy Q from the host. Each block crosses to the device in its own dtype and is widened
+there: half the bytes of widening it on the host. The GPU holds G, the scratch product and
+one block: 2 N^2 + b N float64 numbers (1.6 GB at N = 10,000).
 
 `accumulator(backend, n, torch_device)` returns an object with ``add(rows)``,
 ``trace_and_frobenius()`` and ``eigenvalues()`` (ascending, NumPy float64); the torch one
@@ -30,7 +30,7 @@ class TorchGram:
     """G = sum B^T B in float64 on a torch device ("cuda", or "cpu" for the tests)."""
 
     def __init__(self, n, device="cuda"):
-        import torch
+        import torch  # deferred: an optional GPU library
         self._torch = torch
         self.device = torch.device(device)
         self.g = torch.zeros((n, n), dtype=torch.float64, device=self.device)
@@ -55,7 +55,7 @@ class CupyGram:
     """G = sum B^T B in float64 on the current CuPy device."""
 
     def __init__(self, n):
-        import cupy
+        import cupy  # deferred: an optional GPU library
         self._cupy = cupy
         self.g = cupy.zeros((n, n), dtype=cupy.float64)
 

@@ -49,6 +49,7 @@ import sys
 import numpy as np
 import scipy.linalg
 
+from tools.qmatrix_io import QMatrixError, open_q
 from tools.rank import (DEFAULT_EPS, effective_rank, eps_key, numpy_rank, press_rank,
                         press_threshold)
 
@@ -364,7 +365,6 @@ def _parser():
 
 def main(argv=None):
     """Entry point of ``python -m tools.noise_robustness``; returns the exit status."""
-    from tools.qmatrix_io import QMatrixError, open_q
     args = _parser().parse_args(argv)
     prog = "tools.noise_robustness"
     if (args.q is None) == (not args.synthetic):

@@ -27,6 +27,8 @@ import pathlib
 
 import numpy as np
 
+from tools.rank_thresholds import press_threshold
+
 
 def _values(spec):
     v = getattr(spec, "values", spec)
@@ -38,7 +40,6 @@ def _press_relative(spec):
     shape, dtype = getattr(spec, "shape", None), getattr(spec, "dtype", None)
     if shape is None or dtype is None or isinstance(spec, np.ndarray):
         return None
-    from tools.rank import press_threshold
     return press_threshold(1.0, shape, dtype)
 
 
@@ -49,6 +50,7 @@ def _label(spec, label):
 
 
 def _figure():
+    # deferred: matplotlib takes half a second to import, and only drawing needs it
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     fig = Figure(figsize=(6.4, 4.4), dpi=110)

@@ -31,11 +31,17 @@ above s_max. Export Q as float32 to measure ranks beyond what float16 resolves.
 
 import argparse
 import json
-import math
 import pathlib
 import sys
 
 import numpy as np
+
+from tools.plots import plot_all
+from tools.qmatrix_io import QMatrixError
+from tools.rank_thresholds import (machine_eps, numpy_threshold,  # noqa: F401 (re-exported)
+                                   press_threshold, rule_applies)
+from tools.spectrum import SpectrumResult, singular_values
+from zoo.runtime import quiet_start
 
 DEFAULT_EPS = (1e-3, 1e-4, 1e-5)
 
@@ -46,37 +52,6 @@ def _spectrum_array(s):
         raise ValueError("singular values must be finite and non-negative; got min "
                          f"{np.nanmin(s)!r}, max {np.nanmax(s)!r}")
     return s
-
-
-def _check_shape(shape):
-    if len(shape) != 2 or min(shape) < 1:
-        raise ValueError(f"shape must be (M, N) with M, N >= 1, got {tuple(shape)}")
-    return int(shape[0]), int(shape[1])
-
-
-def machine_eps(dtype):
-    """Machine epsilon of the matrix dtype, e.g. ``machine_eps("float32") == 2**-23``."""
-    dt = np.dtype(dtype)
-    if dt.kind != "f":
-        raise ValueError(f"dtype must be a floating dtype (the dtype of Q), got {dt}")
-    return float(np.finfo(dt).eps)
-
-
-def press_threshold(s_max, shape, dtype):
-    """0.5 * sqrt(M + N + 1) * s_max * eps(dtype) (Numerical Recipes §2.6)."""
-    m, n = _check_shape(shape)
-    return 0.5 * math.sqrt(m + n + 1.0) * float(s_max) * machine_eps(dtype)
-
-
-def numpy_threshold(s_max, shape, dtype):
-    """s_max * max(M, N) * eps(dtype) (``numpy.linalg.matrix_rank`` default)."""
-    m, n = _check_shape(shape)
-    return float(s_max) * max(m, n) * machine_eps(dtype)
-
-
-def rule_applies(threshold, s_max):
-    """Whether a rank rule can count anything: its threshold lies below s_max."""
-    return float(threshold) < float(s_max)
 
 
 def press_rank(s, shape, dtype):
@@ -273,13 +248,9 @@ def _parser():
 
 def main(argv=None):
     """Entry point of ``python -m tools.rank``; returns the exit status."""
-    from tools.qmatrix_io import QMatrixError
-    from tools.spectrum import SpectrumResult, singular_values
-
     args = _parser().parse_args(argv)
     prog = "tools.rank"
     if args.progress:  # the progress bar is Keras', which imports TensorFlow
-        from zoo import quiet_start
         quiet_start.start()
     inputs = [("q", p) for p in args.q] + [("spectrum", p) for p in args.spectrum]
     if not inputs:
@@ -322,7 +293,6 @@ def main(argv=None):
             json.dump({"reports": reports}, fh, indent=2)
         print(f"wrote {args.json}")
     if args.plot:
-        from tools.plots import plot_all
         for path in plot_all(spectra, labels, args.plot).values():
             print(f"wrote {path}")
     return 0

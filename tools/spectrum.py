@@ -32,7 +32,7 @@ Methods:
   (``MemAvailable`` in /proc/meminfo): the thesis' float32 ``sgesdd``, bit for bit. For
   paths, memmaps and large arrays the fastest exact method that applies: ``"gram"`` (2.5x
   faster than TSQR and 2x faster than LAPACK at 82,430 x 5,000 in
-  bench/RESULTS_svd.md) when its floor can lie below the requested threshold; else,
+  bench/analysis/results/svd_gram.md) when its floor can lie below the requested threshold; else,
   or when the matrix's own floor does not (the result's ``note`` says so), ``"lapack"`` on
   the matrix read into memory when it fits as above (1.3x faster than TSQR there), and
   ``"tsqr"`` when it does not. Float64 matrices and ``dtype="float32"`` never use gram; on
@@ -102,7 +102,9 @@ import time
 import numpy as np
 import scipy.linalg
 
-from tools.qmatrix_io import QMatrixError, open_q
+from tools import gram_gpu
+from tools.qmatrix_io import QMatrixError, open_q, scan_finite
+from tools.rank_thresholds import press_threshold
 
 METHODS = ("auto", "lapack", "tsqr", "gram", "randomized")
 DEFAULT_BLOCK_BYTES = 32 * 2**20  # at least 32 MiB per TSQR block (in the compute dtype)
@@ -299,7 +301,7 @@ class _Progress:
         if not enabled:
             return
         try:
-            from keras.utils import Progbar
+            from keras.utils import Progbar  # deferred: Keras imports TensorFlow
             self.bar = Progbar(target, unit_name=unit)
         except Exception:  # keras missing or broken: fall back to text
             self.bar = None
@@ -318,14 +320,14 @@ def _gpu_backend():
     """("torch", "cuda") or ("cupy", None) for a visible GPU, else a RuntimeError."""
     why = []
     try:
-        import torch
+        import torch  # deferred: an optional GPU library
         if torch.cuda.is_available():
             return "torch", "cuda"
         why.append(f"torch {torch.__version__} sees no CUDA device")
     except ImportError:
         why.append("torch is not installed")
     try:
-        import cupy
+        import cupy  # deferred: an optional GPU library
         if cupy.cuda.runtime.getDeviceCount() > 0:
             return "cupy", None
         why.append("cupy sees no device")
@@ -374,7 +376,7 @@ def _tsqr_cpu(src, cdt, block, progress, check_finite):
 
 
 def _tsqr_torch(src, cdt, block, progress, check_finite, torch_device):
-    import torch
+    import torch  # deferred: an optional GPU library
     tdt = torch.float64 if cdt == np.float64 else torch.float32
     n = min(src.shape)
     dev = torch.device(torch_device)
@@ -388,7 +390,7 @@ def _tsqr_torch(src, cdt, block, progress, check_finite, torch_device):
 
 
 def _tsqr_cupy(src, cdt, block, progress, check_finite):
-    import cupy
+    import cupy  # deferred: an optional GPU library
     n = min(src.shape)
     r = cupy.zeros((n, n), dtype=cdt)
     bar = _Progress(max(src.shape), progress, "row" if src.shape[0] >= n else "column")
@@ -403,7 +405,6 @@ def _lapack(src, cdt, device, check_finite):
     if src.in_memory:
         a = src.array
         if check_finite:
-            from tools.qmatrix_io import scan_finite
             scan_finite(src)
         overwrite = a.dtype != cdt
         if overwrite:
@@ -414,10 +415,10 @@ def _lapack(src, cdt, device, check_finite):
     if device == "gpu":
         backend, torch_device = _gpu_backend()
         if backend == "torch":
-            import torch
+            import torch  # deferred: an optional GPU library
             return torch.linalg.svdvals(torch.from_numpy(np.ascontiguousarray(a))
                                         .to(torch_device)).cpu().numpy()
-        import cupy
+        import cupy  # deferred: an optional GPU library
         return cupy.asnumpy(cupy.linalg.svd(cupy.asarray(a), compute_uv=False))
     # s(A) = s(A^T): a C-ordered A is a Fortran-ordered A^T, which LAPACK takes without a copy.
     if a.flags.c_contiguous and not a.flags.f_contiguous:
@@ -509,7 +510,6 @@ def gram_floor(shape, block_rows=GRAM_BLOCK_ROWS, energy_ratio=1.0, safety=GRAM_
 
 
 def _press_relative(shape, dtype):
-    from tools.rank import press_threshold  # tools.rank imports this module lazily only
     return press_threshold(1.0, shape, dtype)
 
 
@@ -568,7 +568,6 @@ class _CpuGram:
 
 def _gram_accumulator(n, block, dev):
     if dev == "gpu":
-        from tools import gram_gpu
         backend, torch_device = _gpu_backend()
         return gram_gpu.accumulator(backend, n, torch_device)
     return _CpuGram(n, block)

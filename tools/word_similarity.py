@@ -49,7 +49,7 @@ CLI:
 prints one row per benchmark (benchmark, pairs, pairs not in vocabulary, rho), writes the
 table to `--json` if asked, and, for a `python -m zoo.train` run (a `config.json` beside the
 model), adds every rho to the run's TensorBoard logs as `word_similarity/<benchmark>`
-(`RUN_DIR/logs/evaluation`, step = the epoch of the model; `zoo.run_scalars`). `--corpus` /
+(`RUN_DIR/logs/evaluation`, step = the epoch of the model; `zoo.runs.run_scalars`). `--corpus` /
 `--data-dir` matter only for a model without a `vocab.txt` beside it (its words come from
 the corpus then).
 
@@ -76,6 +76,7 @@ import sys
 import numpy as np
 
 from zoo.errors import UserError
+from zoo.runtime import quiet_start
 
 ENV_DIR = "TFLM_WORD_SIMILARITY_DIR"
 SCALAR_GROUP = "word_similarity"
@@ -186,7 +187,7 @@ def cosine_similarities(embeddings, ids_a, ids_b):
 def spearman(x, y):
     """Spearman's rho of two equally long sequences (average ranks for ties), or nan when it
     is undefined (fewer than two values, or one side constant)."""
-    from scipy import stats
+    from scipy import stats  # deferred: a second to import; tools.embeddings never needs it
 
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if x.shape != y.shape:
@@ -236,7 +237,7 @@ def evaluate_folder(embeddings, vocabulary, folder):
 def input_embedding(model):
     """The model's input embedding matrix (V, d) as float64 NumPy, and whether the output
     layer is tied to it. `UserError` for a model without `model.embedding.embeddings`."""
-    import keras
+    import keras  # deferred: Keras starts TensorFlow; the command lines start it quietly first
 
     table = getattr(getattr(model, "embedding", None), "embeddings", None)
     if table is None:
@@ -272,7 +273,6 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from zoo import quiet_start
     quiet_start.start()
     try:
         return _run(args)
@@ -282,8 +282,9 @@ def main(argv=None):
 
 
 def _run(args):
-    from zoo.run_scalars import evaluated_epoch, log_scalars
-    from zoo.saved_run import open_run
+    # deferred: these import TensorFlow, which must start after `main`'s quiet start
+    from zoo.runs.run_scalars import evaluated_epoch, log_scalars
+    from zoo.runs.saved_run import open_run
 
     folder = args.benchmarks or os.environ.get(ENV_DIR)
     if not folder:

@@ -21,6 +21,8 @@ import importlib
 
 import keras
 
+from tflm.backends.base import Backend
+
 _CLASSES = {
     "tensorflow": ("tflm.backends.tensorflow_backend", "TensorFlowBackend"),
     "jax": ("tflm.backends.jax_backend", "JaxBackend"),
@@ -37,6 +39,5 @@ def current():
             module, cls = _CLASSES[name]
             _INSTANCES[name] = getattr(importlib.import_module(module), cls)()
         else:
-            from tflm.backends.base import Backend
             _INSTANCES[name] = Backend()
     return _INSTANCES[name]

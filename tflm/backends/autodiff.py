@@ -69,7 +69,7 @@ def value_and_pullback(fn, primals):
 
 
 def _tensorflow_pullback(fn, primals):
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: only the running backend's framework
     with tf.GradientTape(persistent=False) as tape:
         for p in primals:
             tape.watch(p)
@@ -83,13 +83,13 @@ def _tensorflow_pullback(fn, primals):
 
 
 def _jax_pullback(fn, primals):
-    import jax
+    import jax  # deferred: only the running backend's framework
     outputs, vjp = jax.vjp(lambda *p: list(fn(list(p))), *primals)
     return outputs, lambda cotangents: list(vjp(list(cotangents)))
 
 
 def _torch_pullback(fn, primals):
-    import torch
+    import torch  # deferred: only the running backend's framework
     with torch.enable_grad():
         leaves = [p.detach().requires_grad_(True) for p in primals]
         outputs = list(fn(leaves))

@@ -50,6 +50,7 @@ A new backend is one module in this folder with one subclass of `Backend`, regis
 """
 
 import keras
+from keras import ops
 
 from tflm import compat
 from tflm.backends.streams import EagerStreamState
@@ -105,18 +106,15 @@ class Backend:
     def squared_norm(self, gradient):
         """||g||^2 of one gradient, float32: the sum of squares of its dense form (a
         backend whose gradients can be sparse sums the repeated rows first)."""
-        from keras import ops
         return ops.sum(ops.square(ops.cast(gradient, "float32")))
 
     def global_norm(self, gradients):
         """sqrt(sum_i ||g_i||^2) over the list `gradients` (no None), float32 scalar."""
-        from keras import ops
         return ops.sqrt(ops.sum(ops.stack([self.squared_norm(g) for g in gradients])))
 
     def scale_and_decay(self, gradients, factor, decay=None, variables=None):
         """`g * factor + decay * v` for each gradient g (None stays None) and its variable
         v (`decay` None: `g * factor`), `factor` and `decay` cast to g's dtype."""
-        from keras import ops
         out = []
         for i, g in enumerate(gradients):
             if g is not None:
@@ -152,7 +150,7 @@ class Backend:
         """`(log_probs, new_states)` of `model.forward_with_state(tokens, states)` in
         evaluation mode (`states` None: zeros). This default runs it eagerly; TensorFlow
         and JAX compile it once per model and window shape (eagerly, the Q_theta export of
-        the PTB preset took 3.5x as long per batch-1 row: bench/RESULTS.md)."""
+        the PTB preset took 3.5x as long per batch-1 row: bench/RESULTS.md in git history)."""
         return model.forward_with_state(tokens, states, training=False)
 
     # ---- tensors and kernels -------------------------------------------------------------
@@ -180,13 +178,11 @@ class Backend:
 
     def linear(self, x, weight, bias=None):
         """`x weight^T + bias`, `weight` `(out, in)` (a tied embedding's layout)."""
-        from keras import ops
         out = ops.matmul(x, ops.transpose(weight))
         return out if bias is None else out + bias
 
     def pick_targets(self, log_probs, targets):
         """`log_probs[..., targets]`: `(..., V)` and int `(...)` -> `(...)`."""
-        from keras import ops
         picked = ops.take_along_axis(log_probs, ops.expand_dims(targets, -1), axis=-1)
         return ops.squeeze(picked, -1)
 
@@ -201,7 +197,6 @@ class Backend:
         """log softmax(h weight^T + bias) at `targets`, `(batch, time)` float32; `weight`
         `(V, d)`, `bias` `(V,)` or None, `mask` `(batch, time)` of the real positions or
         None (a backend may skip the padded positions: their values are unspecified)."""
-        from keras import ops
         logits = ops.cast(self.linear(h, weight, bias), "float32")
         return self.pick_targets(ops.log_softmax(logits, axis=-1), targets)
 

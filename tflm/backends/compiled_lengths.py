@@ -2,7 +2,7 @@
 
 `jax.jit` compiles the train step once per input shape. AWD-LSTM's random window lengths,
 even padded to a multiple of 4, make about ten lengths an epoch (bptt 35), and one compile
-of the 200 / 400 x 3 PTB model's step takes 2-4 s on the 2-core CPU of bench/RESULTS.md
+of the 200 / 400 x 3 PTB model's step takes 2-4 s on the 2-core CPU of bench/training/results/reference_throughput.md
 against ~0.1-0.15 s a step. A window padded to a longer length that is compiled already
 (positions holding `PAD_ID`, which `tflm.LanguageModel` masks out of everything: loss,
 carried state, AR / TAR, the T / bptt scaling) gives the same update as at its own
@@ -22,7 +22,7 @@ paid reaches the price, then buy):
 so a length pays at most twice what the better of "always pad" and "compile at once"
 would have paid for it, whatever the order the lengths come in. Over a long run every
 frequent length ends up compiled; a short run (one epoch, a search trial) compiles a few.
-With JAX's persistent compilation cache warm (`zoo.compilation_cache`), a "compile" is
+With JAX's persistent compilation cache warm (`zoo.runtime.compilation_cache`), a "compile" is
 tracing the step and loading the program (0.6-0.7 s for the PTB model), C is small, and
 lengths are compiled sooner.
 
@@ -35,7 +35,7 @@ standard deviation) serves the run. The choice then depends on the windows alone
 measured times: the ski-rental rule compiles sooner with a warm compilation cache, and a
 window run at another padded length is summed in another float order, so two runs of the
 same seed (cold and warm cache) trained to validation perplexities 761 and 786 after one
-epoch of bench/RESULTS.md's configuration.
+epoch of bench/training/reference_throughput.py's configuration.
 
 Lengths are kept per shape with the time axis left out (another batch size is another
 program). C is the mean duration of the calls that compiled (tracing and compiling; the

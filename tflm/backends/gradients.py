@@ -28,21 +28,24 @@ and summed the gradients over replicas, `process_gradients` does, in this order:
     g = g * loss_scale                      (the LossScaleOptimizer checks and unscales again)
 
 and the backend hands g to `optimizer.apply`.
+
+This module sits below the backends, the model and the optimizers and imports none of them:
+the backend passes itself in, T / bptt comes from the model (`LanguageModel.window_scale`),
+and the optimizer brings its own hooks, found on it or on the optimizer a loss-scale wrapper
+holds (`inner_optimizer`): `lagged_window_scale(scale)` (`AveragedSGD`) and, with
+`scales_learning_rate` true, `set_window_scale(scale)` (`Adam`).
 """
 
 from keras import ops
 
 from tflm.flooding import flood_sign
-from tflm.optimizers import find_averaged_optimizer, learning_rate_scaler
-from tflm.padding import real_position_weights
 
 
-def clip_and_scale(grads, clip_norm, scale, variables=None, weight_decay=0.0):
+def clip_and_scale(backend, grads, clip_norm, scale, variables=None, weight_decay=0.0):
     """Clip `grads` to global norm `clip_norm` (None: no clipping) as
     `torch.nn.utils.clip_grad_norm_` does (factor clip_norm / (norm + 1e-6), at most 1), add
-    `weight_decay * variable`, multiply by `scale`. Returns (new grads, norm before clipping)."""
-    from tflm import backends
-    backend = backends.current()
+    `weight_decay * variable`, multiply by `scale`, with the ops of `backend` (a
+    `tflm.backends.base.Backend`). Returns (new grads, norm before clipping)."""
     norm = backend.global_norm([g for g in grads if g is not None])
     factor = scale
     if clip_norm is not None and clip_norm > 0:
@@ -56,29 +59,24 @@ def loss_scale(optimizer):
     return getattr(optimizer, "dynamic_scale", None)
 
 
-def window_scale(model, x):
-    """T / bptt for a window of T real positions (padding left out; 1.0 when the model does
-    not scale).
-
-    T is the window's real length. The references scale by the length they drew, which is
-    the real one except for the last window of an epoch, cut short by the end of the data
-    (`get_batch`'s min(seq_len, len - 1 - i)): there they step with the drawn length's
-    larger rate. We use the real length, so every token of an epoch gets the same rate;
-    the difference touches one window per epoch (the drawn length is not part of the
-    data a step receives)."""
-    if not model.scale_by_window:
-        return 1.0
-    real = ops.sum(real_position_weights(x)) / ops.cast(ops.shape(x)[0], "float32")
-    return real / float(model.bptt)
-
-
 def _times(grads, factor):
     return [None if g is None else g * ops.cast(factor, g.dtype) for g in grads]
 
 
-def process_gradients(model, grads, variables, x, loss, num_replicas=1):
+def _optimizer_with(optimizer, hook):
+    """`optimizer`, or the optimizer its loss-scale wrappers hold, whose attribute `hook` is
+    set (a method, or a true flag); None when there is none."""
+    for _ in range(4):
+        if getattr(optimizer, hook, None):
+            return optimizer
+        optimizer = getattr(optimizer, "inner_optimizer", None)
+    return None
+
+
+def process_gradients(backend, model, grads, variables, x, loss, num_replicas=1):
     """Unscale, flood, clip, L2 and window-scale the (already all-reduced) gradients of one
-    window `x`; `loss` is the global window loss. Returns (gradients, norm before clipping).
+    window `x` with the ops of `backend`; `loss` is the global window loss. Returns
+    (gradients, norm before clipping).
 
     `num_replicas`: the optimizer sums the replicas' updates again under tf.distribute, so
     each replica applies 1 / R of the global step."""
@@ -87,15 +85,15 @@ def process_gradients(model, grads, variables, x, loss, num_replicas=1):
         grads = [None if g is None else g / ops.cast(scale, g.dtype) for g in grads]
     if model.flooding_level is not None:
         grads = _times(grads, flood_sign(loss, model.flooding_level))
-    step = window_scale(model, x)
-    averaged = find_averaged_optimizer(model.optimizer)
+    step = model.window_scale(x)
+    averaged = _optimizer_with(model.optimizer, "lagged_window_scale")
     if averaged is not None and model.scale_by_window:
         step = averaged.lagged_window_scale(step)
-    scaler = learning_rate_scaler(model.optimizer)
+    scaler = _optimizer_with(model.optimizer, "scales_learning_rate")
     if scaler is not None:  # Adam: the factor goes into the step size, not the gradient
         scaler.set_window_scale(step)
         step = 1.0
-    grads, norm = clip_and_scale(grads, model.clip_norm, step / float(num_replicas),
+    grads, norm = clip_and_scale(backend, grads, model.clip_norm, step / float(num_replicas),
                                  variables, model.weight_decay)
     if scale is not None:
         grads = _times(grads, scale)

@@ -24,7 +24,7 @@ from tflm.backends import compiled_lengths, jax_lstm, jax_target_log_probs, jax_
 from tflm.backends.base import Backend, states_or_zeros, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 from tflm.backends.jax_streams import JaxStreamState
-from tflm.data.batching import PAD_ID
+from tflm.data.pad_id import PAD_ID
 
 
 def _optimizer_scope(model, optimizer_variables):
@@ -124,7 +124,7 @@ class JaxBackend(Backend):
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
         (_, (loss, nll_sum, tokens, non_trainable)), grads = grad_fn(trainable, non_trainable)
         with _optimizer_scope(model, optimizer_variables) as scope:
-            grads, norm = process_gradients(model, list(grads), list(trainable), x, loss)
+            grads, norm = process_gradients(self, model, list(grads), list(trainable), x, loss)
         # process_gradients may update optimizer state (AveragedSGD's lagged window scale)
         optimizer_variables = [scope.get_current_value(v) for v in model.optimizer.variables]
         trainable, optimizer_variables = model.optimizer.stateless_apply(

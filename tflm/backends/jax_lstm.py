@@ -10,14 +10,16 @@ fall back to a `lax.scan` loop on a GPU. cuDNN takes per-sequence lengths instea
 and returns the state after `lengths[b]` steps (zeros as outputs at padded positions).
 """
 
+import jax
+import jax.numpy as jnp
+
 
 def _on_gpu():
-    import jax
     return jax.default_backend() == "gpu"
 
 
 def _cudnn_lstm():
-    from jax.experimental.rnn import lstm
+    from jax.experimental.rnn import lstm  # deferred: experimental API, run on a GPU only
     return lstm
 
 
@@ -30,7 +32,6 @@ def cudnn_lstm_with_lengths(inputs, initial_h, initial_c, kernel, recurrent_kern
     runs the masked loop)."""
     if not _on_gpu():
         raise NotImplementedError("cuDNN LSTM needs a GPU")
-    import jax.numpy as jnp
 
     dtype = inputs.dtype
     input_size, four_n = kernel.shape

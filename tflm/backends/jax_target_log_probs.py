@@ -28,7 +28,7 @@ loss of the user's) runs the loop again, recomputing each chunk's logits for its
 
 So a train step does three GEMMs of the output layer, as PyTorch's autodiff of a full
 log_softmax does, without its `(batch, time, V)` tensors. On the 2-core CPU of
-bench/RESULTS.md the 200-wide, V = 10,000 layer's forward and backward at batch 20 (35
+bench/RESULTS.md (git history) the 200-wide, V = 10,000 layer's forward and backward at batch 20 (35
 positions padded to 56) took 62 ms at one thread and 35 ms at two, against 77 / 41 ms
 when the backward pass recomputed the logits (four GEMMs), and 89 ms (one thread) for
 `log_softmax` and a gather on the unpadded window.

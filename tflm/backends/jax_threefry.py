@@ -17,7 +17,7 @@ bit), and `uniform` turns 32 bits into a float32 in [0, 1) as `jax.random.unifor
 
 Why not `jax.random.uniform`: it hashes one counter pair per value (a 64-bit counter)
 where this hashes one pair per two values, and XLA compiles its lowering more slowly. On
-the 2-core CPU of bench/RESULTS.md, the eight dropout masks of the 200 / 400 x 3 PTB
+the 2-core CPU of bench/training/results/reference_throughput.md, the eight dropout masks of the 200 / 400 x 3 PTB
 model's train step compiled in 1.1 s and ran in 4.0 ms with `jax.random.uniform`, in
 0.95 s and 1.8 ms with the library's `threefry_2x32`, and in 0.6 s and 1.8 ms here (one
 thread). The masks keep the generator's statistics; only the bits differ from

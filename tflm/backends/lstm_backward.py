@@ -37,7 +37,7 @@ backend that runs it, masked and unmasked).
 import keras
 from keras import ops
 
-from tflm import compat
+from tflm import backends, compat
 
 # The backends whose portable loop is differentiated by tracing a loop (TensorFlow's while
 # loop, JAX's scan). PyTorch runs its fused kernel, whose backward is already written out.
@@ -48,7 +48,6 @@ def applies(cell, return_sequences, go_backwards, unroll):
     """Whether `lstm_with_backward` computes this window: sigmoid / tanh gates, a whole
     sequence returned in order, a backend whose loop autodiff replays step by step (and
     that allows it here: `Backend.written_lstm_backward`)."""
-    from tflm import backends
     return (keras.backend.backend() in BACKENDS and return_sequences and not go_backwards
             and not unroll and backends.current().written_lstm_backward()
             and getattr(cell.recurrent_activation, "__name__", "") == "sigmoid"
@@ -79,7 +78,7 @@ def project_inputs(sequences, kernel, mask=None):
     never read; elsewhere one matmul."""
     if mask is None or not _to_extent():
         return ops.matmul(sequences, kernel)
-    from tflm.backends import extent_loop
+    from tflm.backends import extent_loop  # deferred: it imports JAX, used on JAX only
     steps = ops.expand_dims(ops.cast(mask, sequences.dtype), -1)
     return extent_loop.extent_matmul(sequences, kernel, extent_loop.extent(steps))
 
@@ -121,7 +120,7 @@ def _forward(projected, recurrent_kernel, h0, c0, steps, held_output=False):
     initial = [h0, c0] + ([_first_held_output(h0)] if held_output else [])
     n = _window_extent(steps)
     if n is not None:
-        from tflm.backends import extent_loop
+        from tflm.backends import extent_loop  # deferred: it imports JAX, used on JAX only
         saved, final = extent_loop.extent_loop(step, [projected, steps], initial, 0, n)
         if held_output:  # past the extent every row holds its last output
             after = _after_extent(n, steps.shape[1])
@@ -188,7 +187,7 @@ def _backward(recurrent_kernel, h0, c0, steps, z_states, h_states, c_states, d_o
     initial = [d_h, d_c] + ([ops.zeros_like(d_h)] if held_output else [])
     n = _window_extent(steps)
     if n is not None:
-        from tflm.backends import extent_loop
+        from tflm.backends import extent_loop  # deferred: it imports JAX, used on JAX only
         if held_output:  # the held outputs past the extent pass their gradient back
             after = _after_extent(n, steps.shape[1])
             initial[2] = ops.sum(ops.where(after, d_outputs, 0.0), axis=1)
@@ -239,7 +238,7 @@ def _window_extent(steps):
     """The traced extent of a masked window where the loops stop there, else None."""
     if steps is None or not _to_extent():
         return None
-    from tflm.backends import extent_loop
+    from tflm.backends import extent_loop  # deferred: it imports JAX, used on JAX only
     return extent_loop.extent(steps)
 
 

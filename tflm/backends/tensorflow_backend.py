@@ -9,7 +9,7 @@ from tflm import compat
 from tflm.backends.base import Backend, states_or_zeros, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 from tflm.backends.tensorflow_streams import TensorFlowStreamState
-from tflm.data.batching import PAD_ID
+from tflm.data.pad_id import PAD_ID
 from tflm.distribute import is_multi_worker
 
 
@@ -94,7 +94,8 @@ class TensorFlowBackend(Backend):
             global_loss = reduced[-1]
             if loss_scale(model.optimizer) is not None:
                 global_loss = global_loss / model.optimizer.dynamic_scale
-        grads, norm = process_gradients(model, grads, variables, x, global_loss, num_replicas)
+        grads, norm = process_gradients(self, model, grads, variables, x, global_loss,
+                                        num_replicas)
         model.optimizer.apply(grads, variables)
         return model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=norm)
 
@@ -105,7 +106,7 @@ class TensorFlowBackend(Backend):
         Why: on a CPU the LSTM's time loop runs op by op in TensorFlow's executor, and at
         batch 1 that overhead dominates an evaluation step: the whole PTB test split at
         batch 1 took 29.9-30.4 s for the 200 / 400 x 3 model op by op and 19.7-22.2 s
-        under XLA, same perplexity (bench/RESULTS.md; JAX's compiled step: 13 s).
+        under XLA, same perplexity (bench/RESULTS.md in git history; JAX's compiled step: 13 s).
         Evaluation windows are all bptt long but the last, so XLA compiles about twice per
         batch size. Training keeps Keras' choice: its random window lengths would
         recompile almost every step. Not applied under a distribution strategy (Keras
@@ -155,7 +156,7 @@ class TensorFlowBackend(Backend):
         product per layer plus a dozen small ops, and TensorFlow's executor spends about as
         long dispatching those ops as the products take; XLA fuses them into the loop
         body. The PTB preset's export: 1.2 -> 0.63 ms a row on one 2-core CPU
-        (bench/RESULTS.md). A model whose layers say `supports_jit = False`, that runs under
+        (bench/RESULTS.md in git history). A model whose layers say `supports_jit = False`, that runs under
         a distribution strategy, or that XLA cannot compile (its first call fails) gets the
         plain graph function."""
         forward = self._window_forwards.get(model)

@@ -23,7 +23,7 @@ class TorchBackend(Backend):
         variables = model.trainable_variables
         grads = [v.value.grad for v in variables]
         with torch.no_grad():
-            grads, norm = process_gradients(model, grads, variables, x, loss.detach())
+            grads, norm = process_gradients(self, model, grads, variables, x, loss.detach())
             model.optimizer.apply(grads, variables)
         return model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=norm)
 
@@ -43,7 +43,7 @@ class TorchBackend(Backend):
                 [(h.detach(), c.detach()) for h, c in new_states])
 
     # One multi-tensor kernel launch per list instead of one or two per gradient: on a GPU
-    # the eager step is bound by the host's launches (bench/RESULTS.md, "on a GPU").
+    # the eager step is bound by the host's launches (bench/training/results/gpu_training.md).
     def global_norm(self, gradients):
         """torch.nn.utils.clip_grad_norm_'s total norm: the 2-norm of the per-tensor
         2-norms (`compat.torch_foreach_norm`), where every gradient is dense float32."""
@@ -75,10 +75,9 @@ class TorchBackend(Backend):
         the tied output layer on an AMD EPYC), else `torch.nn.functional.linear`, which
         adds the bias inside the GEMM (addmm; as a separate broadcast add over the (B, T,
         V) logits it took 13 ms of a ~300 ms training step, torch profiler, one CPU)."""
-        from keras import ops
         return torch_linear.linear(
-            ops.convert_to_tensor(x), ops.convert_to_tensor(weight),
-            None if bias is None else ops.convert_to_tensor(bias))
+            keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(weight),
+            None if bias is None else keras.ops.convert_to_tensor(bias))
 
     def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
                    return_sequences, go_backwards, unroll):

@@ -3,7 +3,7 @@
 PyTorch's CPU matmul and `F.linear` call its BLAS, MKL in the x86 wheels; oneDNN, which
 PyTorch also ships (its LSTM kernel runs on it), is reached for float32 only through a
 private entry point (`tflm.compat.onednn_linear`). On the 2-core AMD EPYC
-(AVX-512) of bench/RESULTS.md the three GEMMs of the tied output layer of the 200 / 400
+(AVX-512) of bench/training/results/reference_throughput.md the three GEMMs of the tied output layer of the 200 / 400
 x 3 PTB model, (720 x 200) x (200 x 8,685) forward and both gradients, take 97 ms with
 MKL and 41 ms with oneDNN at one thread (49 / 25 ms at two); MKL does not take its
 AVX-512 paths on this CPU. The same fp32 arithmetic: results agree to float32 rounding

@@ -17,6 +17,8 @@ part of a window's time, and evaluation reads the same weights for every window.
 
 import weakref
 
+import torch
+
 from tflm import compat
 
 
@@ -65,8 +67,6 @@ def fused_lstm(inputs, initial_h, initial_c, kernel, recurrent_kernel, bias,
         kernel: `(in, 4n)`; recurrent_kernel: `(n, 4n)`; bias: `(4n,)` or None.
         return_sequences: outputs `(batch, time, n)` if True, else `(batch, 1, n)`.
     """
-    import torch
-
     dtype = inputs.dtype
     kernel = kernel.to(dtype)
     recurrent_kernel = recurrent_kernel.to(dtype)

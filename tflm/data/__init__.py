@@ -26,11 +26,11 @@ from tflm.data.batching import (  # noqa: F401
     window_starts,
 )
 from tflm.data.partial_shuffle import partial_shuffle  # noqa: F401
+from tflm.data.corpora import load_corpus  # noqa: F401
 from tflm.data.corpus import (  # noqa: F401
     Corpus,
     CorpusNotFoundError,
     default_data_dir,
-    load_corpus,
     read_corpus,
 )
 from tflm.data.download import ChecksumError  # noqa: F401

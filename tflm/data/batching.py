@@ -24,8 +24,7 @@ Reference:
 
 import numpy as np
 
-PAD_ID = -1
-"""The input id of a padding position (targets there are 0 and carry no loss)."""
+from tflm.data.pad_id import PAD_ID  # noqa: F401 (re-exported: tflm.data.batching.PAD_ID)
 
 
 def _positive_int(value, name):
@@ -63,7 +62,7 @@ def pad_window(x, y, pad_to_multiple):
 
 def pad_window_tensors(x, y, pad_to_multiple):
     """`pad_window` for TensorFlow tensors of a dynamic length (in a tf.data map)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: tflm.data must import without TensorFlow loaded
     multiple = _positive_int(pad_to_multiple, "pad_to_multiple")
     if multiple == 1:
         return x, y
@@ -322,7 +321,7 @@ def lm_dataset(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_
     >>> x, y = next(iter(ds)); x.shape[0]                                   # doctest: +SKIP
     4
     """
-    import tensorflow as tf  # lazily: tflm.data must import without TensorFlow loaded
+    import tensorflow as tf  # deferred: tflm.data must import without TensorFlow loaded
 
     streams_np = _streams(ids_or_streams, batch_size)
     batch = streams_np.shape[0]
@@ -352,7 +351,7 @@ def lm_dataset(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_
     # Autotuning off: its optimisation thread sleeps in doubling intervals (10 ms, 20 ms,
     # ...), and TensorFlow 2.21 destroys the iterator only when that sleep ends, so an
     # evaluate / fit pass idled after its last batch until (2^n - 1) x 10 ms had passed
-    # (up to twice the work; bench/bench_data_pipeline.py). Cutting a window is one slice:
+    # (up to twice the work; bench/training/data_pipeline.py). Cutting a window is one slice:
     # a sequential map and two windows of prefetch keep the model fed.
     options = tf.data.Options()
     options.autotune.enabled = False

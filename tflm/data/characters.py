@@ -34,7 +34,7 @@ import pathlib
 
 import numpy as np
 
-from tflm.data.corpus import SPLITS, Corpus, default_data_dir, load_corpus
+from tflm.data.corpus import SPLITS, Corpus, default_data_dir, load_word_corpus
 from tflm.data.vocabulary import EOS, Vocabulary
 
 BOUNDARY = "_"
@@ -53,7 +53,7 @@ def words_of(char_text_line):
 
 
 def _word_files(data_dir):
-    ptb = load_corpus("ptb", data_dir)
+    ptb = load_word_corpus("ptb", data_dir)
     return {s: ptb.paths[s] for s in SPLITS}
 
 

@@ -211,7 +211,8 @@ def _find(directory, patterns, split):
     return None
 
 
-def _check_splits(splits):
+def check_splits(splits):
+    """`splits` as a non-empty tuple of split names (one name may come as a string)."""
     splits = (splits,) if isinstance(splits, str) else tuple(splits)
     bad = [s for s in splits if s not in SPLITS]
     if bad or not splits:
@@ -219,55 +220,11 @@ def _check_splits(splits):
     return splits
 
 
-def load_corpus(name_or_path, data_dir=None, *, splits=SPLITS, download=True):
-    """Loads a word-level corpus by name or from a directory.
-
-    Names: "ptb" (aliases "penn", "penn-treebank"), "wikitext-2" ("wt2") and "ptb-char"
-    (character-level PTB: `tflm.data.characters`, derived from the word-level files when
-    `pennchar/` is absent; its corpus has `level == "char"`). They are looked
-    up in the data directory (`data_dir`, else `$TFLM_DATA_DIR`, else `$XDG_CACHE_HOME/tflm/data`
-    or `~/.cache/tflm/data`) under any of these layouts, per split:
-
-        PTB:         penn/train.txt, penn/ptb.train.txt, ptb.train.txt
-        WikiText-2:  wikitext-2/train.txt, wikitext-2/wiki.train.tokens, wiki.train.tokens
-
-    A missing required split is downloaded from its public source into
-    `<data_dir>/penn/` or `<data_dir>/wikitext-2/` (checksum verified, written atomically);
-    if that fails, `CorpusNotFoundError` says where to put the files.
-
-    Anything else is a directory holding `train.txt`, `valid.txt`, `test.txt` (or the
-    `ptb.*.txt` / `wiki.*.tokens` names). If that directory has a `vocab.txt` (one token per
-    line, as written by `Vocabulary.save`), the vocabulary is fixed to it: ids follow the file,
-    an unknown word is an error, and `<eos>` is appended to lines only if `vocab.txt` contains
-    `<eos>` (this is how `tflm.data.synthetic` writes corpora that round-trip exactly). Known
-    names take precedence; write "./ptb" for a directory called "ptb".
-
-    Args:
-        name_or_path: a corpus name or a directory path.
-        data_dir: data directory for names (ignored for a path). Default: see above.
-        splits: the splits that must be present. Other splits are loaded too when their
-            files exist (so ids always match the full vocabulary), otherwise left None.
-            E.g. `splits=("valid", "test")` loads WikiText-2 without its training file.
-            Default: all three.
-        download: try to download missing required splits of a named corpus. Default True.
-
-    Returns:
-        A `Corpus`.
-
-    Raises:
-        CorpusNotFoundError: required files are missing and could not be downloaded.
-        tflm.data.download.ChecksumError: a downloaded file had the wrong checksum.
-
-    Example:
-
-    >>> ptb = load_corpus("ptb", "/data")                       # doctest: +SKIP
-    >>> len(ptb.vocabulary), len(ptb.train)                     # doctest: +SKIP
-    (10000, 929589)
-    """
-    splits = _check_splits(splits)
-    from tflm.data import characters
-    if isinstance(name_or_path, str) and name_or_path.lower() in characters.NAMES:
-        return characters.load_char_corpus(data_dir)
+def load_word_corpus(name_or_path, data_dir=None, *, splits=SPLITS, download=True):
+    """`tflm.data.load_corpus` for a word-level corpus: "ptb", "wikitext-2" (and their
+    aliases) or a directory. The arguments, the layouts looked up, the downloads and the
+    errors are `load_corpus`'s (see there)."""
+    splits = check_splits(splits)
     key = _NAMES.get(name_or_path.lower()) if isinstance(name_or_path, str) else None
     if key is None:
         return _load_directory(pathlib.Path(name_or_path).expanduser(), splits)

@@ -37,7 +37,7 @@ class ConditionalCNFHead(FlowHead):
     Jacobian (several times the true gradient for weights of scale 0.6,
     tests/test_ccnf_sampled_gradient.py). Near f = 0, where a head on a trained base
     starts, the bias fades but one draw's noise is tens of times the gradient (measured:
-    bench/RESULTS_flow_heads.md, "why ccnf barely learns"). `trace="exact"` is unbiased,
+    bench/reproductions/results/flow_heads_synthetic.md, "why ccnf barely learns"). `trace="exact"` is unbiased,
     noise-free and cheaper here: use it to train.
 
     Args:

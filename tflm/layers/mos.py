@@ -169,7 +169,7 @@ class MoSLayer(_MixtureBase):
     running log-sum-exp; its gradient recomputes each component in the backward pass
     instead of keeping them (`tflm.layers.mos_recompute`; under AdvSoft in training, plain
     autodiff of `sequential_mixture_log_probs`). Values and gradients equal the batched
-    ones to float32 rounding. Measured (bench/RESULTS_mos_memory.md, TensorFlow, PTB head
+    ones to float32 rounding. Measured (bench/heads/results/mos_memory.md, TensorFlow, PTB head
     size): the forward pass peaks at 0.85 instead of 2.2 B*T*K*V tensors (1.4x the time),
     a training step at 1.07 instead of 3.5 tensors (2.0x the time: one more projection
     per component, and the components no longer run concurrently).

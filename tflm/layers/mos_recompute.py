@@ -2,7 +2,7 @@
 
 Autodiff of the mixture keeps every component's (B, T, V) logits and softmax for the
 backward pass, O(B*T*K*V) floats: 3.3 (batched) to 4.4 (sequential) B*T*K*V tensors per
-training step at the MoS PTB head size (bench/RESULTS_mos_memory.md). Here the forward pass
+training step at the MoS PTB head size (bench/heads/results/mos_memory.md). Here the forward pass
 keeps only its output log P, and the backward pass recomputes one component at a time from
 its (B, T, L) latent.
 

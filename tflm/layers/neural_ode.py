@@ -26,7 +26,7 @@ class NeuralODELogits(LogProbHead):
 
     (U the N x k integrals, lse the row normalisers): 2d + 2 = 802 on PTB with k = d = 400.
     A wider bottleneck k raises the bound; tested, and measured at exactly d + k + 2 on a
-    trained model (bench/RESULTS_flow_heads.md).
+    trained model (bench/reproductions/results/flow_heads_synthetic.md).
 
     The solve is `tflm.ode.odeint` over the whole window at once (one adaptive step size
     for the batch, as torchdiffeq solves a batch), with dopri5 and rtol = atol = 1e-5 and

@@ -75,7 +75,7 @@ class SpectralEmbedding(TiedEmbedding):
 
     Defaults. The published constants are unknown (thesis 000 §5.3.2: "not available
     publicly"), so they come from a sweep of three short PTB epochs (100k training tokens,
-    embedding 200, SGD lr 30; bench/RESULTS_regularizers.md, "Spectrum-control sweep"),
+    embedding 200, SGD lr 30; bench/heads/results/regularizers_spectrum_sweep.md),
     baseline test perplexity 568.5 with s_100 / s_1 0.150:
     - orthogonality 1e-4 (Frobenius and spectral): 594.5 (+4.6 %), s_100 / s_1 0.176, the
       rows' mean cosine 1.6e-3 (baseline 2.8e-3). lmkit's 0.01 (`u_fn`, `u_sn`) keeps the

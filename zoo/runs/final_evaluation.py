@@ -8,7 +8,7 @@ from zoo.runtime import interrupt
 
 XLA_MIN_WINDOWS = 500
 """`training.xla_evaluation: "auto"` compiles an evaluation pass with XLA (TensorFlow) from
-this many windows: a compile costs ~2-4 s on the CPU of bench/RESULTS.md and saves
+this many windows: a compile costs ~2-4 s on the CPU of bench/training/results/reference_throughput.md and saves
 ~3-4 ms per batch-1 window there (the PTB test split: 2,355 windows, 30 -> 20-22 s)."""
 
 

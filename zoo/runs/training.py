@@ -277,6 +277,7 @@ class TrainingRun:
     def results(self, history, best, speed, jax_cache):
         """metrics.json before the final evaluation: the run, its history, how it ran."""
         results = {"preset": self.settings.preset, "corpus": self.corpus.name,
+                   "backend": keras.backend.backend(),
                    "vocab_size": len(self.vocabulary),
                    "parameters": self.model.parameter_count(),
                    "optimal_perplexity": self.optimal, "best_epoch": best["epoch"],

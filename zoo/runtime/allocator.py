@@ -21,13 +21,13 @@ the thread that calls it (Keras' training loop, on the main arena) instead of it
 threads. XLA allocates a program's temporary buffer, one block, on the thread that runs it:
 for the 200 / 400 x 3 PTB model's train step 118,112,256 bytes, which on a worker thread's
 arena was mmap-ed and unmapped every step (strace), 28,800 pages (113 MiB) faulted in afresh:
-a step of 123-145 ms against 99-104 ms at two threads (bench/RESULTS.md).
+a step of 123-145 ms against 99-104 ms at two threads (bench/training/results/reference_throughput.md).
 
 The first fix was one arena for every thread (`M_ARENA_MAX` = 1). It stopped the faults but
 made XLA's compiler threads take turns at the arena's lock: the train step compiled in
 1.6-2.4 s at two threads, 9,500-34,000 voluntary context switches, against 1.4-1.5 s and
 about 100 with glibc's arenas. Run inline, the program needs neither: seven interleaved pairs
-of `python -m zoo.train` (one epoch of bench/RESULTS.md's configuration, two threads) gave a
+of `python -m zoo.train` (one epoch of bench/training/reference_throughput.py's configuration, two threads) gave a
 training loop of 14.49-16.89 s (median 14.78) against 14.90-16.45 s (median 15.41) with one
 arena, a first step of 2.18-2.51 s against 2.40-2.83 s, and a peak memory of 1.18 GB against
 1.44 GB; the same validation perplexity. What inline runs give up, Python's work for the

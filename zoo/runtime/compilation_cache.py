@@ -2,7 +2,7 @@
 
 On JAX every distinct window shape compiles the train step anew (AWD-LSTM's random window
 lengths make about a dozen shapes an epoch, `tflm.data.default_pad_to_multiple`). On the
-2-core CPU of bench/RESULTS.md one compile took ~4.6 s, so a one-epoch run of the
+2-core CPU of bench/training/results/reference_throughput.md one compile took ~4.6 s, so a one-epoch run of the
 200 / 400 x 3 model spent ~50 s of its ~100 s training loop compiling; with the cache
 filled by an earlier run of the same configuration those first steps took ~1 s each
 (tracing and loading). Any later run with the same model shape and window lengths (another
@@ -45,6 +45,6 @@ def enable():
     jax.config.update("jax_compilation_cache_dir", str(folder))
     # Every program, not only those that took JAX's default 1 s to compile: a run also
     # compiles dozens of small ones (each weight initializer's shape, the evaluation
-    # steps), 0.2 s each on the CPU of bench/RESULTS.md, 1.4-1.6 s of the PTB model's build.
+    # steps), 0.2 s each on the CPU of bench/training/results/reference_throughput.md, 1.4-1.6 s of the PTB model's build.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return folder

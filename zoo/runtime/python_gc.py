@@ -3,7 +3,7 @@ frozen, so full collections no longer walk them.
 
 CPython runs a full (generation 2) collection when the objects that survived the younger
 generations since the last one reach a quarter of the long-lived ones, and each walks every
-tracked object. A `python -m zoo.train` run on JAX (2-core AMD EPYC of bench/RESULTS.md)
+tracked object. A `python -m zoo.train` run on JAX (2-core AMD EPYC of bench/training/results/reference_throughput.md)
 held three while importing the frameworks (0.11-0.19 s each, 260,000-410,000 objects
 walked) and one inside its first training step (0.23-0.26 s), where tracing the step makes
 hundreds of thousands of objects.

@@ -1,10 +1,10 @@
 """XLA's CPU compiler set for a JAX run: the same programs, compiled in less time.
 
 On a CPU, JAX's first training step is mostly XLA compiling the train step; a short run
-(one epoch of 100,000 PTB tokens, `bench/bench_reference_throughput.py`) spends a fifth of
+(one epoch of 100,000 PTB tokens, `python -m bench.training.reference_throughput`) spends a fifth of
 its training loop there. Two flags take a quarter or more of that compile away and leave the
 steps as fast as they were (the 200 / 400 x 3 AWD-LSTM on the 2-core AMD EPYC of
-bench/RESULTS.md, jaxlib 0.10.2):
+bench/RESULTS.md in git history, jaxlib 0.10.2):
 
     --xla_cpu_use_fusion_emitters=false
         XLA:CPU emits its loop fusions through MLIR fusion emitters by default; this sends
@@ -25,7 +25,7 @@ bench/RESULTS.md, jaxlib 0.10.2):
 Either changes code generation, not the program: a step's results agree to float32
 rounding. Training amplifies last-digit differences: one epoch of the configuration above
 ended at validation perplexity 744 with the first flag and 706 with both (two runs of one
-seed that differed in summation order only ended at 761 and 786, bench/RESULTS.md).
+seed that differed in summation order only ended at 761 and 786, bench/RESULTS.md in git history).
 
 `fast_cpu_compiles(backend)` adds each flag to `XLA_FLAGS` when
 
