@@ -1,5 +1,5 @@
 """Imports point down only: no import cycle in tflm, tools or zoo, and no unexplained import
-inside a function in tflm (issue 40).
+inside a function in them (issue 40).
 
 The graph is read from the source (AST), not by importing it, so it sees every edge an
 import could take: module-level imports, imports inside functions, and module names given as
@@ -9,7 +9,7 @@ edge to `pkg/name.py` when that module exists, else to `pkg/__init__.py`; so a m
 imports a name from its package while the package's `__init__` imports the module is a cycle.
 Imports under `if TYPE_CHECKING:` never run and are not edges.
 
-An import inside a function in tflm carries its reason in a comment starting `# deferred:`, at
+An import inside a function carries its reason in a comment starting `# deferred:`, at
 the end of its line or in the comment lines just above it (or above the run of import lines it
 belongs to), for example `import torch  # deferred: optional framework`.
 """
@@ -252,8 +252,9 @@ def test_tflm_imports_neither_zoo_nor_tools(graph):
     assert not upward
 
 
-def test_imports_inside_tflm_functions_say_why():
-    files = module_files(("tflm",))
+@pytest.mark.parametrize("package", PACKAGES)
+def test_imports_inside_functions_say_why(package):
+    files = module_files((package,))
     unmarked = [f"{files[name].relative_to(REPO)}:{line}: {text}"
                 for name in files for line, text, marked in deferred_imports(name, files)
                 if not marked]

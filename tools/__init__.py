@@ -7,6 +7,8 @@ Modules are imported on demand; nothing heavy is imported here.
 - ``tools.spectrum``: exact singular values (LAPACK, streamed TSQR, streamed Gram matrix
   with a stated error floor) and a labelled approximate randomized variant.
 - ``tools.rank``: Press rank, numpy rank, epsilon-effective rank; ``python -m tools.rank``.
+- ``tools.rank_thresholds``: the Press and numpy rank thresholds (what spectra and plots
+  draw and check too).
 - ``tools.plots``: singular value plots (thesis Figures 5.9-5.12, MoS App. C.1).
 - ``tools.divergence``: expected pairwise KL between next-word distributions, top-k tables.
 - ``tools.stats``: two-sided Wilcoxon rank-sum test over seeds.
