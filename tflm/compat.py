@@ -2,7 +2,7 @@
 
 Keras 3 keeps a few things tflm needs in `keras.src` or behind underscore names. Each is
 used here and nowhere else, with a comment saying why no public API serves;
-`tests/test_compat.py` checks every one against the installed Keras (that it exists, takes
+`tests/tflm/test_compat.py` checks every one against the installed Keras (that it exists, takes
 the arguments used here and behaves as relied on), so a Keras release that changes one
 fails that test by name instead of breaking training silently. Everything else in tflm,
 zoo, tools and bench uses public APIs only (PyTorch's included: `torch.lstm` is in
@@ -91,7 +91,7 @@ def onednn_linear_backward(x, grad, weight, bias_defined):
     """`(dx, dweight, dbias)` of `onednn_linear` for the output gradient `grad` (m, out);
     `dbias` is None unless `bias_defined`."""
     # aten::mkldnn_linear_backward_input / _weights: the backward of mkldnn_linear, in
-    # torch.ops.aten (undocumented; tests/test_compat.py checks them against NumPy).
+    # torch.ops.aten (undocumented; tests/tflm/test_compat.py checks them against NumPy).
     import torch  # deferred: PyTorch is optional; its backend alone calls this
     g = grad.contiguous().to_mkldnn()
     dx = torch.ops.aten.mkldnn_linear_backward_input(list(x.shape), g, weight).to_dense()

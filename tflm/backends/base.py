@@ -166,7 +166,7 @@ class Backend:
         "averaging active" after the SGD step, or each in its own `cond` inside
         `update_step` (the default). JAX keeps a cond per variable: with one cond over all
         averages its next step failed with "Attempt to donate the same buffer twice"
-        (tests/test_triggers.py)."""
+        (tests/tflm/test_triggers.py)."""
         return False
 
     def unpadded_check(self, model):

@@ -30,7 +30,7 @@ is carried too, e_t (e_T = 0), and dy_t stands for dy_t + e_t, with e_{t-1} = (1
     dp_t = dz_t;   dU = sum_t h_{t-1}^T dz_t
 
 (c_t stands for c~: they are equal where m = 1, and where m = 0 both dh~ and dc~ vanish.)
-The gradients equal autodiff's to float rounding (tests/test_lstm_backward.py, every
+The gradients equal autodiff's to float rounding (tests/tflm/backends/test_lstm_backward.py, every
 backend that runs it, masked and unmasked).
 """
 

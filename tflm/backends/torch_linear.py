@@ -7,7 +7,7 @@ private entry point (`tflm.compat.onednn_linear`). On the 2-core AMD EPYC
 x 3 PTB model, (720 x 200) x (200 x 8,685) forward and both gradients, take 97 ms with
 MKL and 41 ms with oneDNN at one thread (49 / 25 ms at two); MKL does not take its
 AVX-512 paths on this CPU. The same fp32 arithmetic: results agree to float32 rounding
-(tests/test_backend_ops.py, tests/test_compat.py).
+(tests/tflm/backends/test_backend_ops.py, tests/tflm/test_compat.py).
 
     forward    y = x W^T + b
     backward   dx = dy W,   dW = dy^T x,   db = sum_rows dy

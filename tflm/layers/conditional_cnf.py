@@ -35,7 +35,7 @@ class ConditionalCNFHead(FlowHead):
     but Delta enters a softmax over words, which is not linear in it: the expected loss is
     above the exact one (Jensen) and its gradient is biased towards a smaller flow
     Jacobian (several times the true gradient for weights of scale 0.6,
-    tests/test_ccnf_sampled_gradient.py). Near f = 0, where a head on a trained base
+    tests/tflm/layers/test_ccnf_sampled_gradient.py). Near f = 0, where a head on a trained base
     starts, the bias fades but one draw's noise is tens of times the gradient (measured:
     bench/reproductions/results/flow_heads_synthetic.md, "why ccnf barely learns"). `trace="exact"` is unbiased,
     noise-free and cheaper here: use it to train.

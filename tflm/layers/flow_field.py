@@ -16,7 +16,7 @@ pre-activation, so
 the exact trace in O(k) per state once c is formed (cheaper than the O(d k) Hutchinson
 estimate, and noise-free), and Hutchinson's estimate (Grathwohl et al. 2019) without a
 vector-Jacobian product, so both run inside the solver on every backend. Both are
-checked against a brute-force Jacobian in tests/test_cnf_heads.py.
+checked against a brute-force Jacobian in tests/tflm/layers/test_cnf_heads.py.
 """
 
 from keras import ops

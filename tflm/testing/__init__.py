@@ -6,7 +6,7 @@
 
 Each re-states a reference's model and training step in plain PyTorch with its conventions
 and copies a zoo model's weights into itself, so a test can compare log-probabilities and
-weights after steps from identical weights (tests/test_reference_parity.py,
-tests/test_zaremba.py) and bench/reproductions/parity.py can train both side by side.
+weights after steps from identical weights (tests/zoo/runs/test_reference_parity.py,
+tests/zoo/models/test_zaremba.py) and bench/reproductions/parity.py can train both side by side.
 torch is imported by these modules only: `import tflm` does not import this package.
 """

@@ -149,7 +149,7 @@ def resolve_config(preset, overrides=(), no_dropout=False, lstm_kernel="auto"):
     config["preset"] = pathlib.Path(str(preset)).stem
     # The native peer (torch_native) has one trained LSTM bias, as Keras: a reproduction
     # preset's PyTorch parametrization (lstm_biases=2) is compared in that form here; parity
-    # with the reference code itself is tests/test_reference_parity.py's job.
+    # with the reference code itself is tests/zoo/runs/test_reference_parity.py's job.
     zaremba = config["model"].get("kind") == "zaremba"  # the PTB tutorial's model
     if not zaremba:
         config["model"]["lstm_biases"] = 1

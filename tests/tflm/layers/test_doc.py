@@ -7,7 +7,7 @@ import keras
 import tflm
 from tflm.layers import DOCLayer, MoSLayer, TiedEmbedding
 from tflm.layers.doc import prior_cv_squared
-from tests.test_heads_backends import (assert_close_log_probs, assert_log_probs,
+from tests.tflm.layers.test_heads_backends import (assert_close_log_probs, assert_log_probs,
                                        check_mixed_precision, check_training_step,
                                        gradients_finite, np_softmax, roundtrip_exact)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.backends import run_in_backend
-from tests.test_zoo_train import TINY
+from tests.zoo.test_train import TINY
 
 PROBE = """
 import keras

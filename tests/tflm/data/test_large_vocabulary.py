@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.test_distribute import _result, _run
+from tests.tflm.test_distribute import _result, _run
 from tflm.distribute import free_local_ports
 from tflm.data import ZipfLanguage
 

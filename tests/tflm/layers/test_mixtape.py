@@ -6,7 +6,7 @@ import pytest
 import keras
 from tflm.layers import MixtapeLayer, SoftmaxLayer, TiedEmbedding
 from tflm.layers.mixtape import sigmoid_tree
-from tests.test_heads_backends import (assert_close_log_probs, assert_log_probs,
+from tests.tflm.layers.test_heads_backends import (assert_close_log_probs, assert_log_probs,
                                        check_mixed_precision, check_training_step,
                                        gradients_finite, np_log_softmax, roundtrip_exact)
 

@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 
 from tests.backends import run_in_backend
-from tests.test_heads_backends import np_log_softmax, np_logsumexp
+from tests.tflm.layers.test_heads_backends import np_log_softmax, np_logsumexp
 from tflm.layers import MoSLayer, SoftmaxLayer, TiedEmbedding
 from tflm.layers.advsoft import adversarial_target_shift
 from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM

@@ -13,6 +13,7 @@ from tflm.epoch_decay import EpochDecay, decayed_rate
 from tflm.optimizers import SGD
 from zoo.errors import ConfigError
 from zoo.models.zaremba.zaremba_lm import ZarembaLSTM
+from tests.conftest import REPO
 
 V, H, B = 30, 8, 3
 ZAREMBA_PRESETS = [n for n in zoo.list_presets() if n.startswith("zaremba_")]
@@ -93,7 +94,7 @@ def test_dropout_is_on_the_non_recurrent_connections_only_with_fresh_masks_per_s
     for lstm in backbone.lstms:
         assert (lstm.weight_dropout, lstm.dropout, lstm.recurrent_dropout) == (0.0, 0.0, 0.0)
     assert [type(d).__name__ for d in [backbone.input_dropout, *backbone.dropouts]] == \
-        ["StreamDropout"] * 3  # per stream under tf.distribute (tests/test_distribute.py)
+        ["StreamDropout"] * 3  # per stream under tf.distribute (tests/tflm/test_distribute.py)
     kept = keras.ops.convert_to_numpy(
         backbone.input_dropout(np.ones((2, 50, H), "float32"), training=True)) > 0
     assert not all((kept[:, t] == kept[:, 0]).all() for t in range(1, 50))  # not locked
@@ -262,7 +263,7 @@ def test_parity_holds_on_the_other_keras_backends(backend):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
          "pytorch_peer or t_times or reloads or uniform"],
-        cwd=os.path.dirname(os.path.dirname(__file__)), env=env, capture_output=True,
+        cwd=REPO, env=env, capture_output=True,
         text=True, timeout=900)
     assert proc.returncode == 0, f"under KERAS_BACKEND={backend}:\n{proc.stdout[-6000:]}"
     assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]

@@ -121,7 +121,7 @@ def test_presets_carry_the_published_settings():
 def test_other_backends_equal_the_direct_computation(backend):
     out = run_in_backend(backend, """
         import numpy as np
-        from tests.test_cache_pointer import _model, _whole_pass, direct_pointer_perplexity
+        from tests.zoo.test_cache_pointer import _model, _whole_pass, direct_pointer_perplexity
         from zoo import cache_pointer as cp
         model = _model()
         ids = np.random.default_rng(0).integers(0, 30, size=62).astype("int32")

@@ -18,6 +18,7 @@ import pytest
 
 from tflm import backends
 from zoo import dynamic_eval as de
+from tests.conftest import REPO
 
 V, E, H, BPTT = 30, 8, 12, 5
 NO_DROPOUT = dict(dropout=0.0, dropout_h=0.0, dropout_i=0.0, dropout_e=0.0,
@@ -241,7 +242,7 @@ def test_formula_and_parity_hold_on_the_other_keras_backends(backend):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
          "-k", "update_formula or identical_weights and softmax"],
-        cwd=os.path.dirname(os.path.dirname(__file__)), env=env, capture_output=True,
+        cwd=REPO, env=env, capture_output=True,
         text=True, timeout=600)
     assert proc.returncode == 0, f"under KERAS_BACKEND={backend}:\n{proc.stdout[-6000:]}"
     assert "2 passed" in proc.stdout, proc.stdout[-2000:]

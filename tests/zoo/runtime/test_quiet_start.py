@@ -1,6 +1,6 @@
 """The command lines' quiet start (`zoo.runtime.quiet_start`): TensorFlow's start-up lines are dropped
 from stderr, everything else (Python warnings, other C++ lines) is kept. The whole command
-without those lines: tests/test_zoo_train.py::test_cli_module_runs_without_start_up_noise."""
+without those lines: tests/zoo/test_train.py::test_cli_module_runs_without_start_up_noise."""
 
 import os
 import subprocess

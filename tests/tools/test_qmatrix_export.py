@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests import peak_rss
+from tests.conftest import REPO
 from tflm import data
 from tflm.data.vocabulary import Vocabulary
 from tools.qmatrix import VocabularyMismatchError, export_q, main
@@ -164,7 +165,7 @@ def test_export_memory_stays_at_a_few_windows_whatever_the_matrix_size(tmp_path)
     import textwrap
     if not os.path.exists("/proc/self/clear_refs"):
         pytest.skip("needs Linux /proc to measure a process's own peak memory")
-    repo = __import__("pathlib").Path(__file__).resolve().parents[1]
+    repo = REPO
     env = dict(os.environ, PYTHONPATH=str(repo), OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_EXPORT_RSS_SNIPPET),
                            str(tmp_path)], cwd=repo, env=env, capture_output=True, text=True,

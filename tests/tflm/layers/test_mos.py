@@ -5,7 +5,7 @@ import pytest
 
 import keras
 from tflm.layers import MoCLayer, MoSLayer, SoftmaxLayer, TiedEmbedding
-from tests.test_heads_backends import (assert_close_log_probs, assert_log_probs,
+from tests.tflm.layers.test_heads_backends import (assert_close_log_probs, assert_log_probs,
                                        check_mixed_precision, check_training_step,
                                        gradients_finite, np_log_softmax, np_logsumexp,
                                        np_softmax, roundtrip_exact)

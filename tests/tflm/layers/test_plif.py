@@ -7,7 +7,7 @@ import keras
 from tflm import losses as tflm_losses
 from tflm.layers import PLIFHead, PLIFLayer, TiedEmbedding, learning_rate_multipliers
 from tests.backends import run_in_backend
-from tests.test_heads_backends import (assert_close_log_probs, assert_log_probs,
+from tests.tflm.layers.test_heads_backends import (assert_close_log_probs, assert_log_probs,
                                        check_mixed_precision, check_training_step,
                                        gradients_finite, np_log_softmax, np_softplus,
                                        roundtrip_exact)

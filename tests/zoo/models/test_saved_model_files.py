@@ -7,14 +7,13 @@ registered names ("zoo>AWDLSTM"), not by the module path written in the file, so
 module must not change what a saved file loads into.
 """
 
-import pathlib
-
 import numpy as np
 import pytest
 
+from tests.conftest import REPO
 from zoo import load_model
 
-SAVED = pathlib.Path(__file__).resolve().parent / "data" / "saved_models"
+SAVED = REPO / "tests" / "data" / "saved_models"
 EXPECTED = np.load(SAVED / "expected_log_probs.npz")
 
 

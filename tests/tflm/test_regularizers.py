@@ -333,7 +333,7 @@ def test_evaluation_is_unchanged_by_every_regularizer(tmp_path):
 
 
 # MirroredStrategy on two logical CPUs (one subprocess: TensorFlow fixes its logical devices
-# at start-up), as tests/test_distribute.py does for AdvSoft, embedding noise and MLE-CosReg:
+# at start-up), as tests/tflm/test_distribute.py does for AdvSoft, embedding noise and MLE-CosReg:
 # spectrum control, with dropout off and then with every dropout, AdvSoft and embedding noise
 # on (per-stream draws: a replicated step draws what one device draws), and partial shuffle.
 MIRRORED_SNIPPET = """
@@ -396,7 +396,7 @@ print("RESULT " + json.dumps(result))
 
 @pytest.fixture(scope="module")
 def mirrored():
-    from tests.test_distribute import _result, _run
+    from tests.tflm.test_distribute import _result, _run
     return _result(_run(MIRRORED_SNIPPET))
 
 

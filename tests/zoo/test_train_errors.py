@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO, without_native_log_lines
-from tests.test_zoo_train import TINY
+from tests.zoo.test_train import TINY
 from zoo import train
 from zoo.runs import checkpoint
 from zoo.runs.run_dir import NewRunDir

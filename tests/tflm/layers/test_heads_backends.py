@@ -13,7 +13,7 @@ import tflm
 from tests.backends import run_in_backend
 
 # ----------------------------------------------------------------------------------------
-# Helpers used by tests/test_activations_gss.py, test_plif.py, test_mos.py, test_mixtape.py,
+# Helpers used by tests/tflm/layers/test_activations_gss.py, test_plif.py, test_mos.py, test_mixtape.py,
 # test_doc.py (names do not start with "test" so pytest does not collect them twice).
 # ----------------------------------------------------------------------------------------
 

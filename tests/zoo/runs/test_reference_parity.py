@@ -30,6 +30,7 @@ torch = pytest.importorskip("torch")
 from tflm.testing.reference_peer import (ReferenceLoop, ReferenceRNNModel,  # noqa: E402
                                          load_keras_weights, peer_weights_as_keras)
 from tflm.optimizers import AveragedSGD, averaged_weights  # noqa: E402
+from tests.conftest import REPO
 
 V, E, H, B, BPTT, LR = 40, 8, 12, 3, 6, 20.0
 HEADS = {"softmax": ({"type": "softmax"}, E, {}),
@@ -139,7 +140,7 @@ def test_parity_holds_on_the_other_keras_backends(backend):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
          "-k", "log_probs or steps_equal_the_reference_loop and mos"],
-        cwd=os.path.dirname(os.path.dirname(__file__)), env=env, capture_output=True,
+        cwd=REPO, env=env, capture_output=True,
         text=True, timeout=900)
     assert proc.returncode == 0, f"under KERAS_BACKEND={backend}:\n{proc.stdout[-6000:]}"
     assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
