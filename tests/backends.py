@@ -1,4 +1,5 @@
-"""Run a snippet of Python under another Keras backend (each backend needs its own process)."""
+"""Run a snippet of Python, or a test file's tests, under another Keras backend (each backend
+needs its own process)."""
 
 import importlib.util
 import os
@@ -6,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import keras
 import pytest
 
 from tests.conftest import REPO
@@ -28,4 +30,21 @@ def run_in_backend(backend, code, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         pytest.fail(f"snippet failed under KERAS_BACKEND={backend}:\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+def run_tests_in_backend(backend, test_file, keyword, timeout=900):
+    """Run the tests of `test_file` that `-k keyword` selects with KERAS_BACKEND=backend,
+    from the TensorFlow session (Keras fixes its backend per process); returns pytest's
+    output. Skips the calling test under another session or without the backend's package;
+    fails it, with the output, when a selected test fails."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("run from the TensorFlow session, which starts one process per backend")
+    if importlib.util.find_spec(_MODULE_OF[backend]) is None:
+        pytest.skip(f"Keras backend {backend!r} is not installed")
+    env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(test_file), "-k", keyword], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"under KERAS_BACKEND={backend}:\n{proc.stdout[-6000:]}"
     return proc.stdout

@@ -29,6 +29,8 @@ from tools.qmatrix import export_q  # noqa: E402
 from tools.rank import press_rank  # noqa: E402
 from tools.spectrum import singular_values  # noqa: E402
 from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM  # noqa: E402
+from zoo.errors import UserError  # noqa: E402
+from zoo.runtime.user_errors import one_line_errors  # noqa: E402
 
 VOCAB, DIM = 200, 8
 
@@ -62,12 +64,15 @@ def run(epochs=16, seed=0, train_tokens=60_000, out_dir=None, verbose=0):
     return results, float(language.optimal_perplexity)
 
 
+@one_line_errors("tools.bottleneck_demo")
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m tools.bottleneck_demo",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--epochs", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if args.epochs < 1:
+        raise UserError(f"--epochs must be >= 1; got {args.epochs}.")
     results, optimal = run(args.epochs, args.seed, verbose=1)
     print(f"\nMarkov language, V = {VOCAB}, true log-probability rank {VOCAB}; "
           f"optimal perplexity {optimal:.2f}; context size d = {DIM} (softmax bound d + 2 = "

@@ -49,6 +49,7 @@ from tools.plots import plot_normalized
 from tools.word_similarity import input_embedding
 from zoo.errors import UserError
 from zoo.runtime import quiet_start
+from zoo.runtime.user_errors import check_output_dir, one_line_errors
 
 PROG = "tools.embeddings"
 THRESHOLDS = (0.75, 0.95)
@@ -206,6 +207,7 @@ def build_parser():
     return p
 
 
+@one_line_errors("tools.embeddings")
 def main(argv=None):
     args = build_parser().parse_args(argv)
     quiet_start.start()
@@ -261,6 +263,7 @@ def _corpus_for_counts(args, run):
 def _run(args):
     from zoo.runs.saved_run import open_run  # deferred: imports TensorFlow, after quiet start
 
+    check_output_dir(args.out, "--out")  # before the model is loaded
     run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir, need_corpus=False)
     embeddings, tied = input_embedding(run.model)
     if embeddings.shape[0] != len(run.vocabulary):

@@ -52,6 +52,7 @@ import scipy.linalg
 from tools.qmatrix_io import QMatrixError, open_q
 from tools.rank import (DEFAULT_EPS, effective_rank, eps_key, numpy_rank, press_rank,
                         press_threshold)
+from zoo.runtime.user_errors import check_output_dir, one_line_errors
 
 THESIS_KEEP = 10
 THESIS_MAX_ROWS = 10_000
@@ -363,6 +364,7 @@ def _parser():
     return p
 
 
+@one_line_errors("tools.noise_robustness")
 def main(argv=None):
     """Entry point of ``python -m tools.noise_robustness``; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -370,6 +372,7 @@ def main(argv=None):
     if (args.q is None) == (not args.synthetic):
         print(f"{prog}: error: give either a Q .npy file or --synthetic", file=sys.stderr)
         return 2
+    check_output_dir(args.out, "--out")  # before the experiments, not after them
     try:
         if args.synthetic:
             q = synthetic_q(args.rows, args.cols, args.rank, args.seed)

@@ -14,7 +14,10 @@ Every function takes a list of spectra (`SpectrumResult` or 1-D arrays) and labe
 them overlaid with a legend, writes a PNG and returns its path. For a `SpectrumResult` (it
 knows Q's shape and dtype) the Press threshold 0.5 sqrt(M + N + 1) s_max eps is drawn as a
 dashed line in the series' colour: the values beyond it are what the Press rank leaves out; for
-a ``gram`` spectrum its resolved floor is a dotted line, under which values are not resolved.
+a ``gram`` spectrum its resolved floor is a dotted line, and the values under it, which the
+Gram route does not resolve (square roots of eigenvalues at the level of its rounding, not
+the matrix's singular values), are not drawn: the curve ends at the floor, and the
+cumulative percentage starts there.
 Figures are drawn on an Agg canvas without touching the global matplotlib backend.
 
 Example:
@@ -33,6 +36,13 @@ from tools.rank_thresholds import press_threshold
 def _values(spec):
     v = getattr(spec, "values", spec)
     return np.sort(np.asarray(v, dtype=np.float64).reshape(-1))[::-1]
+
+
+def _resolved(spec, s):
+    """`s` (descending, of `spec`) with the values under a ``gram`` spectrum's resolved
+    floor as NaN: not drawn (they are rounding, not singular values of Q)."""
+    floor = getattr(spec, "floor", None)
+    return np.where(s >= floor, s, np.nan) if floor else s
 
 
 def _press_relative(spec):
@@ -97,7 +107,7 @@ def plot_singular_values(spectra, labels, path, title="Singular values of Q"):
     for spec, label in zip(spectra, labels):
         s = _values(spec)
         rel = _press_relative(spec)
-        s = np.where(s > 0, s, np.nan)
+        s = np.where(s > 0, _resolved(spec, s), np.nan)
         line, = ax.plot(np.arange(1, s.size + 1), s, label=_label(spec, label), lw=1.2)
         if rel is not None and s.size:
             ax.axhline(s[0] * rel, color=line.get_color(), ls="--", lw=0.8,
@@ -115,7 +125,7 @@ def plot_normalized(spectra, labels, path, logy=True,
     fig, ax = _figure()
     for spec, label in zip(spectra, labels):
         s = _values(spec)
-        norm = s / s[0] if s.size and s[0] > 0 else s
+        norm = _resolved(spec, s) / s[0] if s.size and s[0] > 0 else s
         if logy:
             norm = np.where(norm > 0, norm, np.nan)
         line, = ax.plot(np.arange(1, s.size + 1), norm, label=_label(spec, label), lw=1.2)
@@ -155,6 +165,10 @@ def plot_cumulative_normalized(spectra, labels, path, logx=True,
         grid = np.geomspace(low, 1.0, 801)
     for spec, label in zip(spectra, labels):
         x, pct = cumulative_normalized(spec, grid)
+        s = _values(spec)
+        floor = getattr(spec, "floor", None)
+        if floor and s.size and s[0] > 0:  # under gram's floor the count is not resolved
+            pct = np.where(x >= floor / s[0], pct, np.nan)
         line, = ax.plot(x, pct, label=_label(spec, label), lw=1.2)
         rel = _press_relative(spec)
         if logx and rel is not None:

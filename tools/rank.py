@@ -27,6 +27,20 @@ everything below its rounding, whatever precision the SVD then uses. For float16
 max(M, N) >= 1024, so it would call every such matrix rank 0; `rank_report` reports that rank
 as not defined (None, "n/a" in the table) with a note, and likewise a Press threshold at or
 above s_max. Export Q as float32 to measure ranks beyond what float16 resolves.
+
+Which method is right when two disagree. The ranks are counts of the stored matrix's exact
+singular values above a threshold, so a method is right when its values are accurate at the
+threshold. For a float32 Q the Press threshold is 0.5 sqrt(M + N + 1) eps32 s_max, and
+``lapack`` (the thesis' float32 ``sgesdd``) rounds in float32 too: its singular values carry
+errors of a few eps32 s_max (measured here: values that are 0.0002-0.004 of the threshold in
+float64 come out at 0.03-0.07 of it, on 999 x 40 to 20,000 x 2,000 matrices), the same order
+as the threshold itself. ``gram`` accumulates in float64 and is exact to its floor (a rank
+counted at t >= floor is the stored matrix's up to values within t / 16 of t), ``tsqr``
+runs in float64 (errors ~1e-16 s_max). So where ``gram`` gives Press rank 4 and ``lapack`` 5,
+the fifth value lies within float32 rounding of the threshold and ``gram`` (and ``tsqr``) is
+right: ``lapack`` counts rounding. `rank_report` flags every value that lies that close
+(within 1/16 of the threshold) in a spectrum computed in Q's own precision or by ``gram``,
+and names ``--method tsqr`` (float64), which settles it.
 """
 
 import argparse
@@ -40,8 +54,9 @@ from tools.plots import plot_all
 from tools.qmatrix_io import QMatrixError
 from tools.rank_thresholds import (machine_eps, numpy_threshold,  # noqa: F401 (re-exported)
                                    press_threshold, rule_applies)
-from tools.spectrum import SpectrumResult, singular_values
+from tools.spectrum import GRAM_SAFETY, SpectrumResult, singular_values
 from zoo.runtime import quiet_start
+from zoo.runtime.user_errors import check_output_dir, check_output_file, one_line_errors
 
 DEFAULT_EPS = (1e-3, 1e-4, 1e-5)
 
@@ -127,6 +142,19 @@ def eps_key(eps):
     return f"{float(eps):.0e}"
 
 
+def near_threshold(spectrum, threshold, band=1.0 / GRAM_SAFETY):
+    """The singular values within `band` (relative) of `threshold` that `spectrum`'s method
+    may count on the wrong side: computed in Q's own precision (float32 ``lapack`` of a
+    float32 Q: its rounding is of the threshold's order) or by ``gram`` (resolved to
+    `band`, `tools.spectrum`). Empty for a float64 computation of a lower-precision Q."""
+    s = np.asarray(spectrum.values, dtype=np.float64)
+    compute = spectrum.compute_dtype or spectrum.dtype
+    own_precision = np.finfo(np.dtype(compute)).eps >= np.finfo(np.dtype(spectrum.dtype)).eps
+    if not (own_precision or spectrum.method == "gram") or threshold <= 0:
+        return s[:0]
+    return s[(s > threshold * (1 - band)) & (s < threshold * (1 + band))]
+
+
 def _if_defined(rank, threshold, s_max, floor=None):
     if floor is not None and threshold < floor:
         return None  # below what the method resolves (method="gram")
@@ -161,6 +189,14 @@ def rank_report(spectrum, eps_list=DEFAULT_EPS, label=None):
             notes.append(f"{name} rank not resolved: its threshold {threshold:.3g} is below "
                          f"the floor {floor:.3g} of the {spectrum.method} spectrum; "
                          "recompute it with --method tsqr")
+        near = near_threshold(spectrum, threshold) if smax > 0 else ()
+        if len(near):
+            notes.append(f"{name} rank uncertain: {len(near)} singular value(s) within "
+                         f"{100 / GRAM_SAFETY:.0f}% of its threshold {threshold:.4g} "
+                         f"({', '.join(f'{v / threshold:.4f}' for v in near[:3])} x the "
+                         f"threshold), closer than {spectrum.method} in "
+                         f"{spectrum.compute_dtype or spectrum.dtype} resolves; --method tsqr "
+                         "(float64) counts them exactly")
     if getattr(spectrum, "note", ""):
         notes.append(spectrum.note)
     return {
@@ -246,8 +282,20 @@ def _parser():
     return p
 
 
+def _check_outputs(args):
+    """`UserError` for an output path that cannot be written, before any SVD runs."""
+    if args.json:
+        check_output_file(args.json, "--json", make_folders=True)
+    if args.plot:
+        check_output_file(args.plot, "--plot", make_folders=True)
+    if args.save_spectrum:
+        check_output_dir(args.save_spectrum, "--save-spectrum")
+
+
+@one_line_errors("tools.rank")
 def main(argv=None):
-    """Entry point of ``python -m tools.rank``; returns the exit status."""
+    """Entry point of ``python -m tools.rank``; returns the exit status (2 after a one-line
+    error: `zoo.runtime.user_errors`)."""
     args = _parser().parse_args(argv)
     prog = "tools.rank"
     if args.progress:  # the progress bar is Keras', which imports TensorFlow
@@ -265,6 +313,7 @@ def main(argv=None):
         if not 0.0 <= e <= 1.0:
             print(f"{prog}: error: --eps values must be in [0, 1], got {e}", file=sys.stderr)
             return 2
+    _check_outputs(args)
     reports, spectra, labels = [], [], []
     for i, (kind, path) in enumerate(inputs):
         label = args.labels[i] if args.labels else pathlib.Path(path).stem

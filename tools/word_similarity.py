@@ -77,6 +77,7 @@ import numpy as np
 
 from zoo.errors import UserError
 from zoo.runtime import quiet_start
+from zoo.runtime.user_errors import check_output_file, one_line_errors
 
 ENV_DIR = "TFLM_WORD_SIMILARITY_DIR"
 SCALAR_GROUP = "word_similarity"
@@ -271,6 +272,7 @@ def build_parser():
     return p
 
 
+@one_line_errors("tools.word_similarity")
 def main(argv=None):
     args = build_parser().parse_args(argv)
     quiet_start.start()
@@ -291,6 +293,8 @@ def _run(args):
         raise UserError(f"no benchmark folder: pass --benchmarks DIR (the word-similarity "
                         f"files, e.g. lmkit's data/word_similarity_benchmarks) or set {ENV_DIR}.")
     benchmarks = [read_benchmark(path) for path in benchmark_files(folder)]
+    if args.json:  # before the model is loaded and scored
+        check_output_file(args.json, "--json")
     run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir, need_corpus=False)
     embeddings, tied = input_embedding(run.model)
     if embeddings.shape[0] != len(run.vocabulary):

@@ -40,6 +40,8 @@ import numpy as np
 
 from zoo.errors import UserError
 from zoo.runtime.command import imports_done, run_command, start_command
+from zoo.runtime.progress import verbosity
+from zoo.runtime.user_errors import check_output_file, one_line_errors
 
 # pointer.py's argparse defaults (its WT2 values).
 DEFAULTS = {"window": 3785, "theta": 0.6625523432485668, "lambdasm": 0.12785920428335693,
@@ -115,7 +117,8 @@ def evaluate_with_pointer(model, ids, settings, progress=False):
     if not model.built:
         model.build()
     positions = len(ids) - 1
-    bar = keras.utils.Progbar(positions, unit_name="token") if progress else None
+    bar = keras.utils.Progbar(positions, unit_name="token",
+                                 verbose=verbosity()) if progress else None
     d = model.state_sizes()[-1]
     history_h, history_next = np.zeros((0, d)), np.zeros((0,), np.int64)
     states, nll, nll_model, start, t0 = None, 0.0, 0.0, 0, time.perf_counter()
@@ -169,6 +172,7 @@ def build_parser():
     return p
 
 
+@one_line_errors("zoo.cache_pointer")
 def main(argv=None):
     start_command()
     args = build_parser().parse_args(argv)
@@ -178,6 +182,8 @@ def main(argv=None):
     from zoo.runs.saved_run import open_run, vocabulary_note
     prog = "zoo.cache_pointer"
     try:
+        if args.json:  # before the passes, not after them
+            check_output_file(args.json, "--json")
         run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir)
         note = vocabulary_note(run, prog)
         if note:

@@ -63,6 +63,8 @@ import numpy as np
 
 from zoo.errors import UserError
 from zoo.runtime.command import imports_done, run_command, start_command
+from zoo.runtime.progress import verbosity
+from zoo.runtime.user_errors import check_output_file, one_line_errors
 
 DEFAULTS = {"lamb": 0.02, "lr": 0.002, "epsilon": 0.001, "batch_size": 100, "bptt": 5,
             "scaling": "old"}
@@ -152,7 +154,8 @@ def gradient_statistics(model, train_ids, settings, progress=False):
     variables = model.trainable_variables
     # float32 sums on the backend's device, as the reference's (no copy per window)
     sums = [keras.ops.zeros(v.shape, "float32") for v in variables]
-    bar = keras.utils.Progbar(len(segments), unit_name="window") if progress else None
+    bar = keras.utils.Progbar(len(segments), unit_name="window",
+                                 verbose=verbosity()) if progress else None
     states, total = None, 0.0
     for k, (i, length) in enumerate(segments):
         loss, grads, states = backend.window_gradients(
@@ -206,7 +209,8 @@ def dynamic_evaluate(model, ids, settings, statistics, progress=False, restore=T
     step = [keras.ops.convert_to_tensor(settings.lr / (m + settings.epsilon), v.dtype)
             for m, v in zip(statistics.ms, variables)]
     lengths = _eval_lengths(len(ids) - 1, settings.bptt)
-    bar = keras.utils.Progbar(len(ids) - 1, unit_name="token") if progress else None
+    bar = keras.utils.Progbar(len(ids) - 1, unit_name="token",
+                                 verbose=verbosity()) if progress else None
     states, nll, start, t0 = None, 0.0, 0, time.perf_counter()
     try:
         for length in lengths:
@@ -282,6 +286,7 @@ def build_parser():
     return p
 
 
+@one_line_errors("zoo.dynamic_eval")
 def main(argv=None):
     start_command()
     args = build_parser().parse_args(argv)
@@ -291,6 +296,8 @@ def main(argv=None):
     from zoo.runs.saved_run import open_run, vocabulary_note
     prog = "zoo.dynamic_eval"
     try:
+        if args.json:  # before the passes, not after them
+            check_output_file(args.json, "--json")
         run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir)
         note = vocabulary_note(run, prog)
         if note:

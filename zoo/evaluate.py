@@ -31,7 +31,10 @@ import sys
 import time
 
 from zoo.errors import UserError
+from zoo.runs import atomic_files
+from zoo.runtime import progress
 from zoo.runtime.command import imports_done, run_command, start_command
+from zoo.runtime.user_errors import check_output_file, one_line_errors
 
 EVALUATIONS_FILE = "evaluations.json"
 
@@ -81,7 +84,9 @@ def evaluate(run, split="test", batch_size=1, bptt=None, verbose=0, window=None)
 
 
 def record(run, result):
-    """Append `result` to the run's evaluations.json (kept when unreadable: a new name)."""
+    """Append `result` to the run's evaluations.json (kept when unreadable: a new name),
+    rewritten atomically (`zoo.runs.atomic_files`): a failed write (`WriteError`, one
+    line) leaves the earlier evaluations whole."""
     path = run.run_dir / EVALUATIONS_FILE
     entries = []
     if path.exists():
@@ -90,7 +95,14 @@ def record(run, result):
         except ValueError:
             path = path.with_name(f"evaluations-{int(time.time())}.json")
     entries.append(result)
-    path.write_text(json.dumps(entries, indent=2), encoding="utf-8")
+    try:
+        atomic_files.write_json(path, entries)
+    except OSError as err:
+        kept = (f"the {len(entries) - 1} earlier evaluations in it are intact"
+                if path.exists() else "no earlier evaluation was lost")
+        raise atomic_files.write_failed(path, err, kept, "the result is the line above; "
+                                        "free space (or make the folder writable) and "
+                                        "evaluate again to record it") from err
     return path
 
 
@@ -118,7 +130,10 @@ def build_parser():
     return p
 
 
+@one_line_errors("zoo.evaluate")
 def main(argv=None):
+    """The command line; returns 0, or 2 after a one-line error (`zoo.runtime.user_errors`;
+    a result computed before a late failure is printed first)."""
     start_command()
     args = build_parser().parse_args(argv)
     imports_done()  # the frameworks' objects: no full GC walks them
@@ -127,12 +142,15 @@ def main(argv=None):
     from zoo.runs.saved_run import open_run, vocabulary_note
     prog = "zoo.evaluate"
     try:
+        if args.json:  # before the pass, not after it
+            check_output_file(args.json, "--json")
         run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir)
         note = vocabulary_note(run, prog)
         if note:
             print(note, file=sys.stderr)
         result = evaluate(run, args.split, args.batch_size, args.bptt,
-                          verbose=0 if args.quiet else 1, window=args.window)
+                          verbose=0 if args.quiet else progress.verbosity(),
+                          window=args.window)
     except UserError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
@@ -141,7 +159,11 @@ def main(argv=None):
           f"bptt {result['bptt']}, {result['tokens']} tokens, "
           f"{result['words_per_second']:.0f} words/s) of {run.model_path}")
     if run.config is not None:
-        record(run, result)
+        try:
+            record(run, result)
+        except UserError as err:  # the result is printed above: not lost
+            print(f"{prog}: error: {err}", file=sys.stderr)
+            return 2
         log_scalars(run.run_dir, {f"evaluate/{args.split}_perplexity": result["perplexity"]},
                     evaluated_epoch(run.run_dir, run.model_path))
     if args.json:

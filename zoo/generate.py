@@ -43,6 +43,7 @@ import numpy as np
 
 from zoo.errors import UserError
 from zoo.runtime.command import imports_done, run_command, start_command
+from zoo.runtime.user_errors import one_line_errors
 
 EOS = "<eos>"
 UNK = "<unk>"
@@ -230,6 +231,7 @@ def _parser():
     return p
 
 
+@one_line_errors("zoo.generate")
 def main(argv=None):
     start_command()
     args = _parser().parse_args(argv)

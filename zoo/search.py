@@ -30,6 +30,7 @@ import sys
 
 from zoo.errors import UserError
 from zoo.runtime.command import imports_done, run_command, start_command
+from zoo.runtime.user_errors import check_output_dir, one_line_errors
 
 SAMPLE_FILE = "sample.json"
 DIVERGED_FILE = "diverged.json"
@@ -82,7 +83,9 @@ def trial_state(path):
         return "finished"
     if (path / DIVERGED_FILE).exists():
         return "diverged"
-    if (path / "checkpoint" / "state.json").exists():
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
+    from zoo.runs.checkpoint import holds_checkpoint
+    if holds_checkpoint(path):  # wherever a crash left it (zoo.runs.checkpoint.recover)
         return "interrupted"
     return "new"
 
@@ -178,6 +181,7 @@ def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), dat
         raise UserError(f"--trials must be >= 1; got {trials}.")
     space = load_space(space_name)
     out = pathlib.Path(out)
+    check_output_dir(out, "--out")  # before any trial trains
     plans = []
     for index in range(trials):  # every draw and configuration checked before training
         values = sample(space, seed, index)
@@ -199,6 +203,7 @@ def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), dat
     return rows
 
 
+@one_line_errors("zoo.search")
 def main(argv=None):
     start_command()
     try:

@@ -21,6 +21,7 @@ import time
 
 from zoo.errors import UserError
 from zoo.runtime.command import imports_done, run_command, start_command
+from zoo.runtime.user_errors import check_output_dir, one_line_errors
 
 
 def build_parser():
@@ -89,9 +90,22 @@ def summary_table(results):
     if results.get("optimal_perplexity"):
         rows.append(("optimal perplexity", f"{results['optimal_perplexity']:.2f} "
                      "(the language's entropy rate)"))
-    rows.append(("training words/s", f"{results['words_per_second']:,.0f}"))
+    rows.append(("training words/s", words_per_second_line(results)))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def words_per_second_line(results):
+    """The summary's throughput: the whole run's (every epoch's training tokens over their
+    training-loop seconds, a resumed run's earlier epochs included: `run_words_per_second`),
+    and the last epoch's where it differs."""
+    whole, last = results.get("run_words_per_second"), results.get("words_per_second")
+    if whole is None:
+        return "-" if last is None else f"{last:,.0f} (the last epoch)"
+    epochs = len(results.get("history", ()))
+    text = f"{whole:,.0f} (the run's {epochs} epoch{'s' * (epochs != 1)}, training loop only"
+    return text + (f"; the last epoch: {last:,.0f})" if last and round(last) != round(whole)
+                   else ")")
 
 
 def finetune_config(args):
@@ -102,7 +116,13 @@ def finetune_config(args):
     path = pathlib.Path(args.finetune) / "config.json"
     if not path.exists():
         raise UserError(f"--finetune {args.finetune}: no config.json there.")
-    config = json.loads(path.read_text())
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UserError(f"--finetune {args.finetune}: {path} is not valid JSON ({err}).") from err
+    if not isinstance(config, dict) or not isinstance(config.get("training"), dict):
+        raise UserError(f"--finetune {args.finetune}: {path} is not a run's configuration "
+                        "(no training part).")
     config["finetune"] = {"from": str(args.finetune)}
     config["training"].update(config["training"].get("finetune_overrides", {}))
     for key, value in (("epochs", args.epochs), ("batch_size", args.batch_size),
@@ -151,10 +171,11 @@ def interrupted_message(out, args):
             f"continue the run with: {shlex.join(command)}")
 
 
+@one_line_errors("zoo.train")
 def main(argv=None):
     """Run the command line; returns the exit code: 0, 2 for an error the user fixes by
-    changing the command (a one-line message), 3 when training diverged, 130 on Ctrl-C
-    (a one-line message saying how to continue)."""
+    changing the command (a one-line message; `zoo.runtime.user_errors`), 3 when training
+    diverged, 130 on Ctrl-C (a one-line message saying how to continue)."""
     start_command()  # before the parser, whose help lists the heads (Keras)
     args = out = None
     try:
@@ -194,6 +215,7 @@ def _main(args, out):
     from zoo.runs.checkpoint import CheckpointError
     from zoo.runs.config import resolve_config
     from zoo.models.heads import head_names
+    from zoo.models.saving import check_model_file
     from zoo.runs.resume import refuse_fixed_flags
     from zoo.runs.training import run
     imports_done()  # the frameworks' objects: no full GC walks them
@@ -212,6 +234,10 @@ def _main(args, out):
                                     batch_size=args.batch_size, seed=args.seed)
         if config is not None and config.get("base") and not args.init_from:
             raise UserError(missing_base_message(config["base"]))
+        if args.init_from:  # before anything is made, not after the model is built
+            check_model_file(args.init_from, "--init-from")
+        if not args.resume:
+            check_output_dir(out, "--out")
         results = run(config, out, data_dir=args.data_dir, init_from=args.init_from,
                       verbose=2 if args.quiet else 1, resume=bool(args.resume),
                       strategy_name=args.strategy, finetune_from=args.finetune,

@@ -312,3 +312,45 @@ def test_plots_of_a_gram_spectrum_draw_its_resolved_floor(tmp_path, plot_axes):
         floors = [line.get_ydata()[0] for ax, scale in ((normalized, spec.values[0]), (raw, 1.0))
                   for line in ax.lines if "resolved floor" in line.get_label()]
         np.testing.assert_allclose(floors, [spec.floor / spec.values[0], spec.floor])
+
+
+def test_plots_of_a_gram_spectrum_draw_no_value_under_its_floor(tmp_path, plot_axes):
+    # Under gram's floor the values are rounding (square roots of eigenvalues near zero),
+    # not singular values of Q: the curves end at the floor.
+    import tools.plots as plots
+    q = _log_softmax32(np.random.default_rng(4).standard_normal((400, 30)) @
+                       np.random.default_rng(5).standard_normal((30, 60)))
+    spec = singular_values(q, method="gram")
+    assert (spec.values < spec.floor).any()  # the case: values the floor leaves unresolved
+    plots.plot_singular_values([spec], ["m"], tmp_path / "s.png")
+    plots.plot_normalized([spec], ["m"], tmp_path / "n.png")
+    plots.plot_cumulative_normalized([spec], ["m"], tmp_path / "c.png")
+    raw, normalized, cumulative = plot_axes
+    for ax, floor in ((raw, spec.floor), (normalized, spec.floor / spec.values[0])):
+        curve = next(line for line in ax.lines if line.get_label() == "m")
+        drawn = np.asarray(curve.get_ydata(), dtype=float)
+        assert np.nanmin(drawn) >= floor * (1 - 1e-12)
+        assert np.isfinite(drawn).sum() == (spec.values >= spec.floor).sum()
+    curve = next(line for line in cumulative.lines if line.get_label() == "m")
+    x, pct = np.asarray(curve.get_xdata()), np.asarray(curve.get_ydata(), dtype=float)
+    assert np.isnan(pct[x < spec.floor / spec.values[0]]).all()
+    assert np.isfinite(pct[x >= spec.floor / spec.values[0]]).all()
+
+
+def test_a_value_within_the_methods_rounding_of_the_threshold_is_flagged():
+    # A float32 Q: float32 LAPACK rounds at the Press threshold's own order, gram resolves
+    # it to 1/16; a float64 TSQR counts exactly. (Where gram gives Press rank 4 and lapack 5,
+    # the fifth value is such a one: see tools/rank.py, "Which method is right".)
+    shape = (1000, 50)
+    t = press_threshold(100.0, shape, "float32")
+    values = [100.0, 10.0, 1.0, 1.02 * t, 0.5 * t]
+    for method, compute, flagged in (("lapack", "float32", True), ("gram", "float64", True),
+                                     ("tsqr", "float64", False)):
+        spec = SpectrumResult(values=values, method=method, exact=True, dtype="float32",
+                              shape=shape, seconds=0.0, compute_dtype=compute)
+        report = rank_report(spec)
+        assert report["press_rank"] == 4
+        notes = [n for n in report["notes"] if n.startswith("Press rank uncertain")]
+        assert bool(notes) == flagged, (method, report["notes"])
+        if flagged:
+            assert "1.0200 x the threshold" in notes[0] and "--method tsqr" in notes[0]

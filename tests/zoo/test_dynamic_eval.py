@@ -5,12 +5,8 @@ identical weights), adaptation to drifting text, and the command line.
 The TensorFlow session runs the formula test and the softmax parity test again under JAX
 and PyTorch (one subprocess each)."""
 
-import importlib.util
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -18,7 +14,7 @@ import pytest
 
 from tflm import backends
 from zoo import dynamic_eval as de
-from tests.conftest import REPO
+from tests.backends import run_tests_in_backend
 
 V, E, H, BPTT = 30, 8, 12, 5
 NO_DROPOUT = dict(dropout=0.0, dropout_h=0.0, dropout_i=0.0, dropout_e=0.0,
@@ -234,15 +230,6 @@ def test_a_missing_run_is_a_one_line_error(tmp_path, capsys):
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_formula_and_parity_hold_on_the_other_keras_backends(backend):
-    if keras.backend.backend() != "tensorflow":
-        pytest.skip("run from the TensorFlow session, which starts one process per backend")
-    if importlib.util.find_spec(backend) is None:
-        pytest.skip(f"Keras backend {backend!r} is not installed")
-    env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
-         "-k", "update_formula or identical_weights and softmax"],
-        cwd=REPO, env=env, capture_output=True,
-        text=True, timeout=600)
-    assert proc.returncode == 0, f"under KERAS_BACKEND={backend}:\n{proc.stdout[-6000:]}"
-    assert "2 passed" in proc.stdout, proc.stdout[-2000:]
+    out = run_tests_in_backend(backend, __file__,
+                               "update_formula or identical_weights and softmax", timeout=600)
+    assert "2 passed" in out, out[-2000:]

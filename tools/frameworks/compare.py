@@ -39,8 +39,15 @@ Writes DIR/results.json and DIR/results.md and prints the table. Method:
 - **Perplexity** on the validation split after the same steps (and after each of
   `--epochs` full epochs, from the same initial weights, with the training wall time; the
   figure `--plot` draws validation perplexity against that time for every backend).
-- **Memory.** Peak GPU allocator memory on a GPU, else the worker's peak RSS (which includes
-  the framework runtime; "RSS after build" is given beside it).
+- **Memory.** Peak GPU allocator memory on a GPU, else the worker's peak RSS (`ru_maxrss`):
+  the whole process's, framework runtime included (Keras and its backend's libraries, with
+  their thread pools: ~500 MiB for Keras on PyTorch before any model exists), plus what
+  glibc keeps under `--malloc keep`. The table adds what the
+  run itself added ("run +N": peak RSS - RSS after the imports, before data and model;
+  `peak_rss_added_mib`, with `rss_after_imports_mib` and `rss_after_build_mib`, in the
+  JSON). Gigabytes of peak RSS for a model of 0.2 M parameters are the runtimes and the
+  activations of the step (B x T x V log-probabilities and their gradients), not the
+  weights.
 - **Floor.** FLOPs per token from the layer sizes (matmul parameters P touched per token:
   4n(in + n) per LSTM layer, V d for a tied softmax, d K L + d K + K V L for MoS), training
   = 6 P, evaluation = 2 P; floor words/s = the device's measured GEMM rate (float32 n^3 GEMM
@@ -79,6 +86,7 @@ from tools.frameworks.processes import (BACKENDS, backend_available, pick_init_b
 from tools.frameworks.report import (agreement, flops_per_token, format_table, markdown,
                                      plot_curves)
 from zoo.errors import UserError
+from zoo.runtime.user_errors import check_output_dir, one_line_errors
 from zoo.runs.config import resolve_config as resolve_preset
 
 DROPOUTS = ("dropout", "dropout_h", "dropout_i", "dropout_e", "weight_dropout")
@@ -194,6 +202,7 @@ def run(argv=None):
     names = _check(args)
     config = resolve_config(args.preset, args.set, args.no_dropout, args.lstm_kernel)
     out = pathlib.Path(args.out)
+    check_output_dir(out, "--out")
     out.mkdir(parents=True, exist_ok=True)
     machine = _machine()
     common = {
@@ -212,8 +221,8 @@ def run(argv=None):
     init = run_worker(dict(common, phase="init", backend=init_backend,
                            result_path=str(out / "result_init.json")), out, args.timeout)
     if init.get("status") != "ok":
-        raise RuntimeError(f"could not prepare the initial weights and data on "
-                           f"{init_backend}: {init.get('reason')} (log: {out / 'logs'})")
+        raise UserError(f"could not prepare the initial weights and data on "
+                        f"{init_backend}: {init.get('reason')} (log: {out / 'logs'})")
 
     def one(name):
         ok, reason = backend_available(name)
@@ -269,12 +278,11 @@ def run(argv=None):
     return results
 
 
+@one_line_errors("compare_frameworks")
 def main(argv=None):
-    try:
-        results = run(argv)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    """The command line; returns 0, 1 when a backend failed, 2 after a one-line error
+    (`zoo.runtime.user_errors`)."""
+    results = run(argv)
     print(format_table(results))
     a = results["agreement"]
     print(f"\nparameter counts agree: {a['params_agree']}; first-step loss max relative "

@@ -100,6 +100,7 @@ def eval_windows(spec, streams, bptt):
 
 
 def run_keras(spec):
+    rss_imports = current_rss_mib()  # Keras, its backend, tflm (and TensorFlow) imported
     backend = spec["backend"]
     if keras.backend.backend() != backend:
         raise RuntimeError(f"KERAS_BACKEND={keras.backend.backend()!r}, expected {backend!r}")
@@ -177,6 +178,6 @@ def run_keras(spec):
              ("torch.compile" if jit else "eager")),
         lstm_kernel="/".join(kernels), cudnn="yes" if on_gpu and kernels == ["fused"] else "no",
         rss_after_build_mib=rss_built)
-    add_memory(result, backend, on_gpu)
+    add_memory(result, backend, on_gpu, rss_after_imports=rss_imports)
     result["matmul_flops"] = gpu_matmul_rate(spec["precision"]) if on_gpu else None
     return result

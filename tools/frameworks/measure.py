@@ -94,9 +94,18 @@ def gpu_peak_mib(framework):
     return torch.cuda.max_memory_allocated() / 2 ** 20
 
 
-def add_memory(result, framework, on_gpu):
-    """Peak memory into `result`: the GPU allocator's peak on a GPU, else the peak RSS."""
+def add_memory(result, framework, on_gpu, rss_after_imports=None):
+    """Peak memory into `result`: the GPU allocator's peak on a GPU, else the peak RSS.
+
+    The peak RSS (`ru_maxrss`) is the whole process's: the Python runtime, the framework
+    and whatever it imported, its thread pools, and the memory glibc keeps under
+    `--malloc keep`. `rss_after_imports` (MiB, measured before the worker loads data or
+    builds the model) gives what the run itself added: `peak_rss_added_mib` = peak RSS -
+    RSS after imports."""
     result["peak_rss_mib"] = peak_rss_mib()
+    if rss_after_imports is not None:
+        result["rss_after_imports_mib"] = rss_after_imports
+        result["peak_rss_added_mib"] = result["peak_rss_mib"] - rss_after_imports
     if on_gpu:
         result["peak_memory_mib"] = gpu_peak_mib(framework)
         result["memory_kind"] = "GPU allocator peak"

@@ -36,6 +36,7 @@ def _windows(array):
 
 
 def run_native(spec):
+    rss_imports = current_rss_mib()  # PyTorch (and zoo's settings) imported
     config = spec["config"]
     s = training_settings(config)
     training = TrainingSettings.from_dict(config["training"])
@@ -160,6 +161,6 @@ def run_native(spec):
         cudnn=("yes" if on_gpu and torch.backends.cudnn.is_available()
                and torch.backends.cudnn.enabled else "no"),
         rss_after_build_mib=rss_built)
-    add_memory(result, "torch", on_gpu)
+    add_memory(result, "torch", on_gpu, rss_after_imports=rss_imports)
     result["matmul_flops"] = gpu_matmul_rate(spec["precision"]) if on_gpu else None
     return result

@@ -112,7 +112,9 @@ def table_rows(results):
             _fmt(r.get("train_words_per_s_end_to_end")), _fmt(r.get("eval_words_per_s")),
             _fmt(r.get("valid_perplexity_after_steps"), ".3f"),
             _fmt(r.get("first_step_loss"), ".6f"), _fmt(r.get("params"), ","),
-            f"{_fmt(r.get('peak_memory_mib'))} ({r.get('memory_kind', '')})",
+            f"{_fmt(r.get('peak_memory_mib'))} ({r.get('memory_kind', '')}"
+            + (f"; run +{_fmt(r['peak_rss_added_mib'])}" if r.get("memory_kind") == "peak RSS"
+               and r.get("peak_rss_added_mib") is not None else "") + ")",
             r.get("lstm_kernel", "-"), r.get("cudnn", "-"), r.get("jit", "-"), str(r.get("pad_to_multiple", 1)),
             "eager" if traced is None else str(traced),
             _fmt(r.get("floor_train_words_per_s")),

@@ -29,5 +29,15 @@ def load_preset(name):
         raise ConfigError(f"Unknown preset {name!r}; available: "
                           f"{', '.join(list_presets())} (or pass a path to a preset JSON "
                           "file).")
-    with open(path) as f:
-        return copy.deepcopy(json.load(f))
+    try:
+        with open(path, encoding="utf-8") as f:
+            preset = json.load(f)
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        raise ConfigError(f"preset file {path} is not valid JSON ({err}); fix the file or "
+                          "pass another preset.") from err
+    except OSError as err:
+        raise ConfigError(f"preset file {path} cannot be read ({err.strerror or err}).") from err
+    if not isinstance(preset, dict):
+        raise ConfigError(f"preset file {path} holds a JSON {type(preset).__name__}, not an "
+                          "object with corpus, model and training parts.")
+    return copy.deepcopy(preset)

@@ -4,6 +4,7 @@ import pathlib
 
 from tflm import data
 from zoo.errors import ConfigError, UserError
+from zoo.runs.setting_keys import synthetic_maker
 from zoo.runs.settings import CorpusSettings
 
 
@@ -21,7 +22,7 @@ def load_data(settings, data_dir=None):
     `verify` the published line counts (true), `cache` the encoded splits as .npy beside the
     release, in `<folder>-cache-<vocab_size>` (true));
     `max_train_tokens` / `max_valid_tokens` / `max_test_tokens` keep only the first tokens
-    of a split (shortened reproductions on small machines).
+    of a split, of any corpus (shortened reproductions on small machines).
 
     Raises `ConfigError` for bad synthetic-language settings and `UserError` for a corpus
     file that cannot be read (not UTF-8, a word outside a fixed vocab.txt), naming the
@@ -31,35 +32,31 @@ def load_data(settings, data_dir=None):
     elif not isinstance(settings, CorpusSettings):
         settings = CorpusSettings.from_dict(settings)
     name, cfg = settings.name, dict(settings.options)
+    optimal = None
     if settings.synthetic:
-        kind = settings.kind
-        makers = {"markov": data.synthetic.markov_language,
-                  "mixture": data.synthetic.mixture_markov_language,
-                  "zipf": data.zipf_language}
-        if kind not in makers:
-            raise ConfigError(f"unknown synthetic corpus kind {kind!r}; use markov, mixture or "
-                              "zipf.")
+        make = synthetic_maker(settings.kind)
         sizes = settings.split_sizes()
         try:
-            language = makers[kind](**cfg)
+            language = make(**cfg)
             corpus = language.to_corpus(seed=language.seed + 1, **sizes)
         except (TypeError, ValueError) as err:
             raise ConfigError(f"bad synthetic corpus settings in corpus: {err}") from err
-        return corpus, float(language.optimal_perplexity)
-    limits = {split: settings.split_limit(split) for split in ("train", "valid", "test")}
-    try:
-        if name in data.lm1b.NAMES:
-            corpus = _load_lm1b(cfg, data_dir)
-        else:
-            corpus = data.load_corpus(name, data_dir=data_dir)
-    except ConfigError:
-        raise
-    except ValueError as err:  # a file that is not UTF-8, a bad vocab.txt, an unknown word
-        raise UserError(f"cannot read corpus {name}: {err}") from err
-    for split, limit in limits.items():
+        optimal = float(language.optimal_perplexity)
+    else:
+        try:
+            if name in data.lm1b.NAMES:
+                corpus = _load_lm1b(cfg, data_dir)
+            else:
+                corpus = data.load_corpus(name, data_dir=data_dir)
+        except ConfigError:
+            raise
+        except ValueError as err:  # a file that is not UTF-8, a bad vocab.txt, an unknown word
+            raise UserError(f"cannot read corpus {name}: {err}") from err
+    for split in ("train", "valid", "test"):
+        limit = settings.split_limit(split)
         if limit is not None:  # a shortened run: the first `limit` tokens of the split
             setattr(corpus, split, corpus.split(split)[:int(limit)])
-    return corpus, None
+    return corpus, optimal
 
 
 def _load_lm1b(cfg, data_dir):

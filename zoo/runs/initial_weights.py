@@ -7,17 +7,19 @@ import numpy as np
 
 from tflm.optimizers import find_averaged_optimizer, start_finetune
 from zoo.errors import UserError
-from zoo.models.saving import load_model
+from zoo.models.saving import load_model_file
 from zoo.models.transfer import transfer_weights
 from zoo.models.vocabulary import check_model_vocabulary
+from zoo.runs import run_outputs
 
 
-def check_init_model(path, model, vocabulary):
+def check_init_model(path, model, vocabulary, what="--init-from"):
     """Copy the weights of the saved model `path` into `model`, after checking that it was
     made with the same vocabulary (size, and words when a vocab.txt lies beside it:
     `zoo.models.vocabulary`). Its head may differ from `model`'s (a NeuralODE head on a
-    pre-trained softmax model): `zoo.models.transfer.transfer_weights`."""
-    src = load_model(path)
+    pre-trained softmax model): `zoo.models.transfer.transfer_weights`. `what` names the
+    file's flag in an error (a missing, truncated or corrupt file: `UserError`)."""
+    src = load_model_file(path, what)  # missing, truncated, corrupt: one line
     size = getattr(src, "vocab_size", None)
     if size is None:
         raise UserError(f"--init-from {path}: not a zoo language model (no vocab_size).")
@@ -43,7 +45,7 @@ def load_for_finetune(model, run_dir, vocabulary):
     if not path.exists():
         raise UserError(f"--finetune {run_dir}: no best.keras there; finetune a finished or "
                         "checkpointed run directory.")
-    check_init_model(path, model, vocabulary)
+    check_init_model(path, model, vocabulary, what=f"--finetune {run_dir}:")
     if find_averaged_optimizer(model.optimizer) is None:
         raise UserError("--finetune needs training.optimizer=asgd (averaged SGD).")
     model.optimizer.build(model.trainable_variables)
@@ -56,6 +58,6 @@ def finetune_baseline(model, out, valid):
     it beats it (both references' finetune.py start `stored_loss` from
     `evaluate(val_data)`)."""
     logs = model.evaluate(valid, verbose=0, return_dict=True)
-    model.save(out / "best.keras")
+    run_outputs.save_best(model, out, None)
     return {"epoch": 0, "val_perplexity": float(logs["perplexity"]),
             "val_loss": float(logs["loss"])}

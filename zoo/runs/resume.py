@@ -11,16 +11,25 @@ start from RUN's weights with `--init-from RUN/best.keras`. What may be given:
   --data-dir, --strategy, --quiet    where the corpus lies and how the run is executed
 
 A run is finished when its checkpoint has done all the epochs of config.json (or the
-non-monotonic rule of a finetuning run stopped it) and its metrics.json is written.
-Resuming it is refused, saying how to extend it, instead of rewriting its results; a run
-killed after its last checkpoint but before metrics.json only writes its outputs.
+non-monotonic rule of a finetuning run stopped it) and its metrics.json holds the results
+of those epochs. Resuming it is refused, saying how to extend it, instead of rewriting its
+results; a run killed (or stopped by a failed write) after its last checkpoint but before
+its metrics.json was written (or rewritten, when it was being extended) only writes its
+outputs.
+
+Before any of that, `recover_run` repairs what a crash may have left in the folder: the
+newest intact checkpoint is put back in `checkpoint/` (`zoo.runs.checkpoint.recover`) and
+the temporaries of killed writes are removed.
 """
 
 import json
 import pathlib
+import zipfile
+import zlib
 
 from zoo.errors import UserError
-from zoo.runs import checkpoint
+from zoo.runs import atomic_files, checkpoint
+from zoo.runs.run_outputs import RESULT_FILES
 from zoo.runs.settings import TrainingSettings
 
 # argparse destination -> flag: what a resume may not change.
@@ -38,6 +47,16 @@ def refuse_fixed_flags(args):
             f"{', '.join(given)} cannot be given with it (only --epochs, --data-dir, "
             "--strategy and --quiet can); to train with other settings start a new run, e.g. "
             f"with --init-from {pathlib.Path(args.resume) / 'best.keras'}.")
+
+
+def recover_run(run_dir):
+    """Repair RUN_DIR after a crash, under its lock: the newest intact checkpoint into
+    `checkpoint/`, the temporaries of killed writes removed. Returns the one line that
+    says which checkpoint the run resumes from (and what was removed); `CheckpointError`,
+    with nothing touched, when no checkpoint is intact."""
+    line = checkpoint.recover(run_dir)
+    orphans = atomic_files.remove_orphans(run_dir, RESULT_FILES)
+    return line + (f"; removed the unfinished writes {', '.join(orphans)}" if orphans else "")
 
 
 def read_config(run_dir):
@@ -72,7 +91,7 @@ def resume_config(run_dir, epochs=None):
         raise UserError(f"{run_dir} was stopped by the non-monotonic rule after epoch {done}; "
                         "a stopped run cannot be extended with --epochs.")
     total = planned if epochs is None else epochs
-    if (stopped or done >= total) and (run_dir / "metrics.json").exists():
+    if (stopped or done >= total) and results_cover(run_dir, done):
         if stopped:
             raise UserError(f"{run_dir} is a finished run: the non-monotonic rule stopped it "
                             f"after epoch {done} (results in {run_dir / 'metrics.json'}); "
@@ -80,6 +99,48 @@ def resume_config(run_dir, epochs=None):
         raise UserError(f"{run_dir} is a finished run ({done} of {done} epochs; results in "
                         f"{run_dir / 'metrics.json'}); to train it further, give the new "
                         f"total: --resume {run_dir} --epochs N with N > {done}.")
+    check_best_model(run_dir, state)
     changed = total != planned
     training["epochs"] = total
     return config, state, changed
+
+
+def results_cover(run_dir, done):
+    """Whether RUN_DIR's metrics.json holds the results of the checkpoint's `done` epochs
+    (not those of a shorter run it was extending, and not unreadable: then a resume writes
+    it again)."""
+    path = pathlib.Path(run_dir) / "metrics.json"
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing, or unreadable
+        return False
+    history = metrics.get("history") if isinstance(metrics, dict) else None
+    if not history:
+        return True
+    return int(history[-1].get("epoch", 0)) >= done
+
+
+def check_best_model(run_dir, state):
+    """`CheckpointError` when the best model a resumed run evaluates at its end (RUN_DIR's
+    best.keras, the checkpoint's best epoch) is missing or damaged: refused before any
+    training instead of after it."""
+    best = state.get("best")
+    if not best:
+        return
+    path = pathlib.Path(run_dir) / "best.keras"
+    what = f"{path} (the best model, epoch {best.get('epoch')})"
+    fix = ("the resumed run evaluates it at its end, so nothing was resumed; put it back from "
+           "a copy, or start a new run from the checkpoint's weights with --init-from "
+           f"{pathlib.Path(run_dir) / checkpoint.CHECKPOINT / 'model.keras'}")
+    if not path.is_file():
+        raise checkpoint.CheckpointError(f"{what} is missing; {fix}.")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as err:
+        bad = " ".join(str(err).split()) or type(err).__name__
+    else:
+        bad = None if bad is None else f"{bad} does not match its checksum"
+    if bad is not None:
+        raise checkpoint.CheckpointError(f"{what} is unreadable (corrupt or truncated: {bad}); "
+                                         f"{fix}.")

@@ -1,5 +1,11 @@
 """The run directory of a new run: refusing one in use, creating it, undoing a failed start.
 
+The folder is created and locked (`zoo.runs.run_lock`: a second process on it is refused)
+before it is looked at; one that holds a finished run (metrics.json) or an unfinished one
+(a checkpoint, also one a crash left as `.checkpoint-previous`) is refused, and what a run
+killed before its first whole checkpoint left (unfinished writes) is removed. config.json
+and vocab.txt are written atomically (`zoo.runs.atomic_files`).
+
 A run that fails before its first epoch checkpoint has nothing worth keeping, so
 `NewRunDir` removes what this invocation created (the directory itself, and any parent it
 had to create, or only the new entries of a directory that existed before) and lets the
@@ -9,27 +15,40 @@ failure (divergence, a kill, a Ctrl-C) leaves the last good checkpoint for `--re
 (a Ctrl-C just after the first checkpoint was written).
 """
 
-import json
 import pathlib
 import shutil
 
 from zoo.errors import UserError
+from zoo.runs import atomic_files, checkpoint
+from zoo.runs.run_lock import RunInUse
+from zoo.runs.run_outputs import RESULT_FILES
 
 
-def prepare_run_dir(out, config, vocabulary):
-    """Create a new run directory with config.json and vocab.txt; refuse one that holds a
-    finished or an unfinished run."""
+def prepare_run_dir(out, config, vocabulary, lock):
+    """Create and lock (`lock`, a `zoo.runs.run_lock.RunLock` on `out`) a new run
+    directory with config.json and vocab.txt; refuse one that another process writes into
+    or that holds a finished or an unfinished run."""
+    out = pathlib.Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a directory; choose another --out.")
+    lock.acquire(create=True)
     if (out / "metrics.json").exists():
         raise UserError(f"{out} already holds a finished run (metrics.json); choose another "
                         "--out so nothing of it is overwritten.")
-    if (out / "checkpoint").exists():
+    if checkpoint.holds_checkpoint(out):
         raise UserError(f"{out} holds an unfinished run; continue it with --resume {out} or "
                         "choose another --out.")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    (out / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    checkpoint.remove_unusable(out)  # a run killed inside its first checkpoint write
+    atomic_files.remove_orphans(out, RESULT_FILES)
+    for name, write in (("config.json", lambda path: atomic_files.write_json(path, config)),
+                        ("vocab.txt", lambda path: atomic_files.write_text(
+                            path, "\n".join(vocabulary) + "\n"))):
+        try:
+            write(out / name)
+        except OSError as err:
+            raise atomic_files.write_failed(
+                out / name, err, "the run did not start, so nothing of it is kept",
+                "make the folder writable (or free space), then start it again") from err
 
 
 class NewRunDir:
@@ -38,8 +57,8 @@ class NewRunDir:
 
     Example:
 
-    >>> with NewRunDir(out) as run_dir:                     # doctest: +SKIP
-    ...     prepare_run_dir(out, config, vocabulary)
+    >>> with RunLock(out) as lock, NewRunDir(out) as run_dir:   # doctest: +SKIP
+    ...     prepare_run_dir(out, config, vocabulary, lock)
     ...     train_one_epoch_and_checkpoint()
     ...     run_dir.keep()
     """
@@ -62,6 +81,8 @@ class NewRunDir:
 
     def __exit__(self, kind, error, traceback):
         if kind is None or self.kept or (self.out / "checkpoint").is_dir():
+            return False
+        if isinstance(error, RunInUse):  # the folder is another process's run
             return False
         if self._top is not None:
             shutil.rmtree(self._top, ignore_errors=True)

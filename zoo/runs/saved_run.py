@@ -19,7 +19,7 @@ import pathlib
 
 from tflm.data import CorpusNotFoundError
 from zoo.errors import UserError
-from zoo.models.saving import load_model
+from zoo.models.saving import load_model_file
 from zoo.models.vocabulary import VOCAB_FILE, check_model_vocabulary, saved_vocabulary
 from zoo.runs.corpora import load_data
 from zoo.runs.settings import RunSettings, TrainingSettings
@@ -102,11 +102,7 @@ def open_run(target, corpus=None, data_dir=None, need_corpus=True):
         except (ValueError, UnicodeDecodeError) as err:
             raise UserError(f"{run_dir / CONFIG_FILE} is not valid JSON ({err}).") from err
         settings = RunSettings.from_config(config)
-    try:
-        model = load_model(model_path)
-    except Exception as err:  # Keras raises ValueError, OSError, zipfile errors, ...
-        raise UserError(f"{model_path} is unreadable as a Keras model "
-                        f"({type(err).__name__}: {str(err).splitlines()[0][:200]}).") from err
+    model = load_model_file(model_path, "the model")  # truncated, corrupt: one line
     if getattr(model, "vocab_size", None) is None:
         raise UserError(f"{model_path} is not a tflm language model (no vocab_size).")
     vocabulary = saved_vocabulary(model_path)

@@ -10,18 +10,22 @@ once, before anything is created, and the rest of a run reads these frozen objec
     TrainingSettings  the training part: batch sizes, bptt, epochs, optimizer, schedule, ...
     FinalEvaluation   training.final_evaluation: the final passes' bptt and batch sizes
 
-A value a run could not use is a `ConfigError` naming the field and what it must be. What
-only a builder can judge (model arguments, synthetic-language parameters) is checked where
-it is built. Keys the settings do not know are kept in `config.json` and ignored, as before.
+A value a run could not use is a `ConfigError` naming the field and what it must be. Every
+part's keys are checked too (`zoo.runs.setting_keys`): a key no part knows is refused with
+the nearest valid one ("unknown setting training.epoch; did you mean training.epochs?"),
+and the model's and a synthetic language's arguments must have the types their defaults
+have (an integer argument takes no 2.5). Their ranges, which only a builder can judge, are
+checked where the model or the language is built.
 """
 
 import copy
 import dataclasses
-import math
 import types
 
 from zoo.errors import ConfigError
 from zoo.models.registry import DEFAULT_KIND
+from zoo.runs.setting_keys import (TOP_LEVEL, check_arguments, is_integer, is_number,
+                                   language_arguments, model_arguments, refuse_unknown)
 
 SECTIONS = ("corpus", "model", "training")
 
@@ -29,44 +33,41 @@ SECTIONS = ("corpus", "model", "training")
 FLAGS = {"batch_size": "--batch-size", "epochs": "--epochs", "seed": "--seed"}
 
 
-def _integer(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(value):
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
-
-
 def _epoch_list(value):
-    return (isinstance(value, list) and all(_integer(e) and e >= 1 for e in value)
+    return (isinstance(value, list) and all(is_integer(e) and e >= 1 for e in value)
             and all(a < b for a, b in zip(value, value[1:])))
 
 
 # (fields, test, what the value must be): the numbers a run reads from its configuration.
 _TRAINING_RULES = (
     (("batch_size", "eval_batch_size", "test_batch_size", "bptt", "epochs", "nonmono"),
-     lambda v: _integer(v) and v >= 1, "a positive integer"),
-    (("seed",), _integer, "an integer"),
-    (("switch_epoch", "histograms"), lambda v: _integer(v) and v >= 0, "an integer >= 0"),
-    (("lr", "weight_decay"), lambda v: _number(v) and v >= 0, "a finite number >= 0"),
-    (("clip_norm",), lambda v: v is None or _number(v) and v >= 0,
+     lambda v: is_integer(v) and v >= 1, "a positive integer"),
+    (("seed",), is_integer, "an integer"),
+    (("switch_epoch", "histograms"), lambda v: is_integer(v) and v >= 0, "an integer >= 0"),
+    (("lr", "weight_decay"), lambda v: is_number(v) and v >= 0, "a finite number >= 0"),
+    (("clip_norm",), lambda v: v is None or is_number(v) and v >= 0,
      "a finite number >= 0 or null (no clipping)"),
-    (("max_seq_len", "pad_to_multiple"), lambda v: v is None or _integer(v) and v >= 1,
+    (("max_seq_len", "pad_to_multiple"), lambda v: v is None or is_integer(v) and v >= 1,
      "a positive integer or null"),
     (("partial_shuffle", "fixed_windows", "pad_to_compiled_lengths"),
      lambda v: isinstance(v, bool), "true or false"),
     (("xla_evaluation",), lambda v: isinstance(v, bool) or v == "auto",
      '"auto", true or false'),
-    (("eval_window",), lambda v: v in ("auto", "bptt") or _integer(v) and v >= 1,
+    (("eval_window",), lambda v: v in ("auto", "bptt") or is_integer(v) and v >= 1,
      '"auto" (long windows, same perplexity), "bptt" or a positive integer'),
-    (("lr_decay",), lambda v: v is None or _number(v) and 0 < v <= 1,
+    (("lr_decay",), lambda v: v is None or is_number(v) and 0 < v <= 1,
      "a number in (0, 1] (the factor per epoch after training.decay_after epochs) or null"),
-    (("decay_after",), lambda v: _integer(v) and v >= 0,
+    (("decay_after",), lambda v: is_integer(v) and v >= 0,
      "an integer >= 0 (the epochs at the initial learning rate before lr_decay applies)"),
     (("loss_reduction",), lambda v: v in ("token_mean", "sum_over_time"),
      "'token_mean' (NLL averaged over tokens) or 'sum_over_time' (summed over time, "
      "averaged over streams: TensorFlow's PTB tutorial)"),
+    (("flooding_level",), lambda v: v is None or is_number(v),
+     "a finite number (the flood level b) or null"),
+    (("learning_rate_multipliers",),
+     lambda v: v is None or isinstance(v, dict) and all(
+         isinstance(k, str) and is_number(m) for k, m in v.items()),
+     'an object {variable path or substring: factor}, e.g. {"embedding": 0.5}, or null'),
     (("when",), lambda v: v is None or _epoch_list(v),
      "a list of 1-based epoch numbers in increasing order after which the learning rate is "
      "divided by 10, e.g. --set training.when=[300,400] (salesforce's --when 300 400), or "
@@ -75,6 +76,10 @@ _TRAINING_RULES = (
 _EVALUATION_FIELDS = ("bptt", "valid_batch_size", "test_batch_size")
 _CORPUS_SIZES = ("train_tokens", "valid_tokens", "test_tokens")
 _CORPUS_LIMITS = ("max_train_tokens", "max_valid_tokens", "max_test_tokens")
+# tflm.data.lm1b.NAMES and the options zoo.runs.corpora reads (not imported: tflm.data
+# starts TensorFlow); tests/zoo/runs/test_settings.py checks that they agree.
+_LM1B_NAMES = ("lm1b", "1b", "1b-word", "one-billion-word", "billion-word")
+_LM1B_OPTIONS = ("path", "vocab_size", "heldout", "verify", "cache")
 
 
 def _check(section, values, fields, test, what):
@@ -86,10 +91,18 @@ def _check(section, values, fields, test, what):
 
 
 def check_training_part(values, section="training"):
-    """Raise `ConfigError` naming the first value of a `training` part (or of its
-    `finetune_overrides`) that a run could not use."""
+    """Raise `ConfigError` naming the first key of a `training` part (or of its
+    `finetune_overrides`) that no setting has, or the first value a run could not use."""
+    refuse_unknown(section, values, TRAINING_KEYS)
     for rule in _TRAINING_RULES:
         _check(section, values, *rule)
+    optimizer = values.get("optimizer", "sgd")
+    if not (isinstance(optimizer, str) and optimizer.lower() in ("sgd", "asgd", "adam")):
+        raise ConfigError(f"unknown optimizer {optimizer!r} in {section}.optimizer; use sgd, "
+                          "asgd (averaged SGD) or adam.")
+    if values.get("switch", "nonmono") not in ("nonmono", "epoch", "none", None):
+        raise ConfigError(f"unknown {section}.switch {values['switch']!r}; use nonmono "
+                          "(NT-ASGD), epoch (ET-ASGD at switch_epoch) or none.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +117,12 @@ class FinalEvaluation:
     @classmethod
     def from_dict(cls, values):
         values = values or {}
+        if not isinstance(values, dict):
+            raise ConfigError("training.final_evaluation must be an object with bptt, "
+                              f"valid_batch_size, test_batch_size; got {values!r}.")
+        refuse_unknown("training.final_evaluation", values, _EVALUATION_FIELDS)
         _check("training.final_evaluation", values, _EVALUATION_FIELDS,
-               lambda v: _integer(v) and v >= 1, "a positive integer")
+               lambda v: is_integer(v) and v >= 1, "a positive integer")
         return cls(**{k: values[k] for k in _EVALUATION_FIELDS if k in values})
 
 
@@ -172,6 +189,9 @@ class TrainingSettings:
         values = dict(values or {})
         check_training_part(values, section)
         overrides = values.get("finetune_overrides") or {}
+        if not isinstance(overrides, dict):
+            raise ConfigError(f"{section}.finetune_overrides must be an object of training "
+                              f"settings; got {overrides!r}.")
         check_training_part(overrides, f"{section}.finetune_overrides")
         known = {f.name for f in dataclasses.fields(cls)} - {"given"}
         kwargs = {k: v for k, v in values.items() if k in known}
@@ -203,13 +223,18 @@ class TrainingSettings:
         return self.final_evaluation.test_batch_size or self.test_batch_size
 
 
+# The keys a `training` part may hold: TrainingSettings' fields.
+TRAINING_KEYS = frozenset(f.name for f in dataclasses.fields(TrainingSettings)) - {"given"}
+
+
 @dataclasses.dataclass(frozen=True)
 class CorpusSettings:
     """The `corpus` part: `name` ("synthetic", "ptb", "wikitext-2", "lm1b" or a
     directory); for a synthetic language its `kind` ("markov", "mixture", "zipf"), split
     sizes (`train_tokens`, ...) and the language's parameters (`options`); for lm1b its
-    options (path, vocab_size, heldout, verify, cache); `max_*_tokens` keep only the first
-    tokens of a split (shortened runs on small machines)."""
+    options (path, vocab_size, heldout, verify, cache); for another corpus its
+    `vocab_size` (informative: the files decide it); `max_*_tokens` keep only the first
+    tokens of a split, of any corpus (shortened runs on small machines)."""
     name: str = "synthetic"
     kind: str = "markov"
     train_tokens: int = None
@@ -223,12 +248,19 @@ class CorpusSettings:
 
     @classmethod
     def from_dict(cls, values):
-        """The settings of a `corpus` part (a dict), checked (`ConfigError`)."""
+        """The settings of a `corpus` part (a dict), checked (`ConfigError`): its keys are
+        those its corpus takes (`corpus_keys`), its sizes positive integers."""
         values = dict(values or {})
-        _check("corpus", values, _CORPUS_SIZES, lambda v: _integer(v) and v >= 1,
+        name = values.get("name", cls.name)
+        if not isinstance(name, str):
+            raise ConfigError(f"corpus.name must be a corpus name or folder; got {name!r}.")
+        known, where, kinds = corpus_keys(name, values.get("kind", cls.kind))
+        refuse_unknown("corpus", values, known, where)
+        check_arguments("corpus", values, kinds)
+        _check("corpus", values, _CORPUS_SIZES, lambda v: is_integer(v) and v >= 1,
                "a positive integer")
         _check("corpus", values, _CORPUS_LIMITS,
-               lambda v: v is None or _integer(v) and v >= 1, "a positive integer or null")
+               lambda v: v is None or is_integer(v) and v >= 1, "a positive integer or null")
         named = ("name", "kind") + _CORPUS_SIZES + _CORPUS_LIMITS
         kwargs = {k: values[k] for k in named if k in values}
         options = {k: v for k, v in values.items() if k not in named}
@@ -247,18 +279,40 @@ class CorpusSettings:
         return getattr(self, f"max_{split}_tokens")
 
 
+def corpus_keys(name, kind="markov"):
+    """(keys, where, argument kinds) of a `corpus` part naming corpus `name`: a synthetic
+    language takes its kind's parameters (`zoo.runs.setting_keys.language_arguments`) and
+    its split sizes; lm1b its options; any other corpus (ptb, wikitext-2, a folder) its
+    `vocab_size` (what the preset documents; the files decide it); every corpus the split
+    limits."""
+    if name == "synthetic":
+        kinds = language_arguments(kind)
+        return ({"name", "kind", *_CORPUS_SIZES, *_CORPUS_LIMITS, *kinds},
+                f" (a synthetic {kind} language)", kinds)
+    if name in _LM1B_NAMES:
+        return ({"name", *_LM1B_OPTIONS, *_CORPUS_LIMITS}, f" (corpus {name})",
+                {"vocab_size": "integer", "verify": "boolean", "cache": "boolean"})
+    return {"name", "vocab_size", *_CORPUS_LIMITS}, f" (corpus {name})", {"vocab_size": "integer"}
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSettings:
     """The `model` part: `kind`, the family (`zoo.models.registry.MODEL_KINDS`), and the
-    family class's keyword arguments (checked by the class when it is built)."""
+    family class's keyword arguments: their names and types checked here
+    (`zoo.runs.setting_keys.model_arguments`), their ranges by the class when it is built."""
     kind: str = DEFAULT_KIND
     arguments: types.MappingProxyType = dataclasses.field(
         default_factory=lambda: types.MappingProxyType({}))
 
     @classmethod
     def from_dict(cls, values):
+        """The settings of a `model` part (a dict): its keys must be arguments of the
+        family's class, of the types their defaults have (`ConfigError` otherwise)."""
         values = dict(values or {})
         kind = values.pop("kind", DEFAULT_KIND)
+        kinds = model_arguments(kind)  # an unknown kind is refused here
+        refuse_unknown("model", values, kinds, f" (model.kind {kind})")
+        check_arguments("model", values, kinds)
         values.pop("vocab_size", None)  # the corpus' vocabulary decides it
         return cls(kind=kind, arguments=types.MappingProxyType(values))
 
@@ -280,6 +334,10 @@ class RunSettings:
         """Check `config` (a resolved configuration dict) and read it into settings.
         Raises `ConfigError` naming the first value a run could not use, before anything
         is created."""
+        if not isinstance(config, dict):
+            raise ConfigError(f"a configuration is a JSON object with corpus, model and "
+                              f"training parts; got {type(config).__name__}.")
+        refuse_unknown("", config, SECTIONS + TOP_LEVEL)
         for section in SECTIONS:
             if not isinstance(config.get(section), dict):
                 raise ConfigError(f"the configuration's {section!r} part must be a JSON "

@@ -21,7 +21,6 @@ perplexity that stops being finite ends the run (`TrainingDiverged`) with the la
 checkpoint and best.keras kept and no final.keras or metrics.json written.
 """
 
-import json
 import math
 import pathlib
 
@@ -33,7 +32,7 @@ from tflm.callbacks import (BitsPerCharacter, EpochProgbar, StopOnNaN, TrainingD
 from tflm.optimizers import averaged_weights
 from tflm.tensorboard import AsyncSafeTensorBoard, EmbeddingProjector, TopPredictionsText
 from zoo.models.saving import load_model
-from zoo.runs import checkpoint
+from zoo.runs import checkpoint, run_outputs
 from zoo.runs.builders import (build_model, make_lr_schedule, make_optimizer, make_trigger,
                                pad_to_multiple, set_window_shapes)
 from zoo.runs.corpora import check_split_sizes, load_data
@@ -42,10 +41,11 @@ from zoo.runs.final_evaluation import final_evaluation, xla_pays
 from zoo.runs.initial_weights import (check_init_model, finetune_baseline, load_for_finetune,
                                       set_sampling_proposal)
 from zoo.runs.phase_timer import PhaseTimer
-from zoo.runs.resume import resume_config
+from zoo.runs.resume import recover_run, resume_config
 from zoo.runs.run_dir import NewRunDir, prepare_run_dir
+from zoo.runs.run_lock import RunLock
 from zoo.runs.settings import RunSettings
-from zoo.runtime import allocator, compilation_cache, interrupt, python_gc, xla_flags
+from zoo.runtime import allocator, compilation_cache, interrupt, progress, python_gc, xla_flags
 
 
 def fixed_contexts(ids, count=3, length=20):
@@ -88,12 +88,29 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
     training stops on the non-monotonic rule (salesforce/awd-lstm-lm finetune.py).
     `verbose`: 1 = Keras' progress bar ("Epoch k/N" over the whole run), 2 = one short
     line per epoch (`epoch_line`), 0 = silent.
+
+    One process at a time writes into a run folder: the run holds its lock
+    (`zoo.runs.run_lock`) from before a resume reads it, or from a new run's creating it,
+    until the run ends; a resume first puts back the newest intact checkpoint
+    (`zoo.runs.resume.recover_run`) and says which one it uses.
     """
+    with RunLock(out_dir) as lock:
+        return _run(lock, config, out_dir, data_dir, init_from, verbose, resume,
+                    strategy_name, finetune_from, epochs)
+
+
+def _run(lock, config, out_dir, data_dir, init_from, verbose, resume, strategy_name,
+         finetune_from, epochs):
+    """`run`, with the run folder's `lock` to take."""
     out = pathlib.Path(out_dir)
     timer = PhaseTimer()
     state, changed = None, False
     if resume:
+        lock.acquire()  # a second process on the run is refused before anything is read
+        recovered = recover_run(out)
         config, state, changed = resume_config(out, epochs)
+        if verbose:
+            print(recovered, flush=True)
     settings = RunSettings.from_config(config)  # checked once, before anything is created
     with timer.phase("load_data"):
         corpus, optimal = load_data(settings.corpus, data_dir)
@@ -104,10 +121,21 @@ def run(config, out_dir, data_dir=None, init_from=None, verbose=1, resume=False,
         if resume:
             run_dir.keep()  # an existing run: a failed resume removes nothing of it
         else:
-            prepare_run_dir(out, config, job.vocabulary)
+            prepare_run_dir(out, config, job.vocabulary, lock)
         with interrupt.deferring():  # a Ctrl-C stops at the next batch, not inside TF
             return job.train(run_dir, state, rewrite_config=changed, init_from=init_from,
                              strategy_name=strategy_name, finetune_from=finetune_from)
+
+
+def run_words_per_second(history):
+    """The whole run's training throughput: every epoch's training tokens over every
+    epoch's training-loop seconds (`tflm.callbacks.WordsPerSecond`: validation excluded,
+    the first epoch's tracing included), the epochs of earlier sessions of a resumed run
+    too; None before any epoch. (`words_per_second` is the last epoch's alone.)"""
+    timed = [h for h in history if h.get("words_per_second") and h.get("train_seconds")]
+    seconds = sum(h["train_seconds"] for h in timed)
+    tokens = sum(h["words_per_second"] * h["train_seconds"] for h in timed)
+    return tokens / seconds if seconds > 0 else None
 
 
 class TrainingRun:
@@ -137,7 +165,8 @@ class TrainingRun:
                                          else keras.name_scope("run")):
             state = self.build_model(state, init_from, finetune_from)
         if rewrite_config:  # a resume with a new --epochs: config.json records the new total
-            (self.out / "config.json").write_text(json.dumps(self.settings.config, indent=2))
+            run_outputs.rewrite_config(self.out, self.settings.config,
+                                       (state.get("best") or {}).get("epoch"))
         for callback, key in ((self.trigger, "trigger"), (self.schedule, "lr_schedule")):
             if callback is not None and state.get(key):
                 callback.set_state(state[key])
@@ -147,7 +176,7 @@ class TrainingRun:
         history, best, speed, best_validated_as_saved = self.fit_epochs(
             state, strategy, valid_ds, run_dir)
         with self.timer.phase("save"), averaged_weights(self.model):
-            self.model.save(self.out / "final.keras")
+            run_outputs.save_final(self.model, self.out, best["epoch"])
         with self.timer.phase("load_best"):
             best_model = load_model(self.out / "best.keras")
         results = self.results(history, best, speed, jax_cache)
@@ -155,7 +184,7 @@ class TrainingRun:
             best_model, self.corpus, self.training, self.eval_window, self.pad,
             self.pad_to_compiled, best, best_validated_as_saved, self.timer))
         results["seconds"] = self.timer.report()
-        (self.out / "metrics.json").write_text(json.dumps(results, indent=2))
+        run_outputs.write_metrics(self.out, results)
         return results
 
     def build_model(self, state, init_from, finetune_from):
@@ -215,8 +244,8 @@ class TrainingRun:
             before.append(BitsPerCharacter())
         after = [EmbeddingProjector(logs, self.vocabulary),
                  TopPredictionsText(logs, fixed_contexts(self.corpus.valid), self.vocabulary)]
-        progress = [EpochProgbar(self.training.epochs)] if self.verbose == 1 else []
-        return [speed, *before, board, *after, *progress]
+        bar = [EpochProgbar(self.training.epochs)] if self.verbose == 1 else []
+        return [speed, *before, board, *after, *bar]
 
     def fit_epochs(self, state, strategy, valid_ds, run_dir):
         """The remaining epochs, one `fit` each, a checkpoint after each. Returns (history,
@@ -245,7 +274,9 @@ class TrainingRun:
             try:
                 with self.timer.phase("fit"):
                     hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
-                                     epochs=epoch + 1, verbose=1 if self.verbose == 1 else 0,
+                                     epochs=epoch + 1,
+                                     # the bar on a terminal, a line per epoch into a file
+                                     verbose=progress.verbosity() if self.verbose == 1 else 0,
                                      callbacks=[interrupt.CheckCtrlC(), StopOnNaN(),
                                                 *callbacks])
             except TrainingDiverged as err:
@@ -256,14 +287,14 @@ class TrainingRun:
             history.append(logs)
             with self.timer.phase("save"):
                 if best is None or logs["val_perplexity"] < best["val_perplexity"]:
-                    best = logs
+                    previous, best = best, logs
                     with averaged_weights(model) as averaged:  # once averaging started
-                        model.save(out / "best.keras")
+                        run_outputs.save_best(model, out, previous and previous["epoch"])
                     # Raw weights saved: fit validated these very weights (averages, once
                     # made, are never dropped during fit). With averages the validation may
                     # predate the switch to averaging, so the final evaluation is rerun.
                     best_validated_as_saved = not averaged
-                checkpoint.save_checkpoint(out, model, {
+                run_outputs.save_checkpoint(out, model, {
                     "epoch": epoch + 1, "history": history, "best": best,
                     "fingerprint": self.fingerprint,
                     "trigger": None if self.trigger is None else self.trigger.get_state(),
@@ -282,6 +313,7 @@ class TrainingRun:
                    "parameters": self.model.parameter_count(),
                    "optimal_perplexity": self.optimal, "best_epoch": best["epoch"],
                    "words_per_second": speed.last or best.get("words_per_second"),
+                   "run_words_per_second": run_words_per_second(history),
                    "history": history}
         if jax_cache is not None:
             results["jax_compilation_cache"] = str(jax_cache)

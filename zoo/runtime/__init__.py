@@ -8,6 +8,9 @@
     quiet_start.py        TensorFlow's start-up lines filtered out of stderr
     compilation_cache.py  JAX's persistent compilation cache for runs (TFLM_JAX_CACHE_DIR)
     interrupt.py          Ctrl-C: training stops at the next batch, never inside TensorFlow
+    user_errors.py        a user's error as one line, exit 2 (`one_line_errors` on every
+                          main); output paths checked before the work
+    progress.py           a bar on a terminal, a line per epoch into a file or a pipe
     command.py            `run_command(main)`, `start_command()`, `imports_done()`: the
                           above, once, for every command line
 

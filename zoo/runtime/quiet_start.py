@@ -26,6 +26,19 @@ not printed; Python warnings and our own messages are.
   and the two lines of the CPU-instructions note and the oneDNN note above, should the
   level let them through (TensorFlow 2.21 prints the oneDNN note twice on import, before
   the level applies).
+- "E0000 ... util.cc:131] oneDNN supports DT_BOOL only on platforms with AVX-512. Falling
+  back to the default Eigen-based implementation if present." comes later, mid-run: an
+  ERROR line, so level 2 shows it, printed the first time TensorFlow runs a transpose of
+  a boolean tensor on the CPU (a zoo model's evaluation step holds one), on every CPU,
+  AVX-512 or not (tensorflow/core/util/util.cc `DataTypeUnsupportedWarning`: oneDNN never
+  takes the bool type, and the note names the CPU wrongly). TensorFlow prints it once per
+  process (`absl::call_once`), so with Keras on TensorFlow and no GPU `start()` provokes
+  it inside the filtered window with one eager transpose of a 1 x 1 boolean tensor (a
+  few milliseconds) and drops it there; the run never prints it again. Nothing changes
+  for the computation: such a transpose runs on Eigen either way. With a GPU visible it
+  is left alone (an eager op would start TensorFlow's GPU context, which takes the GPU's
+  memory, before a JAX or PyTorch run or a user's memory settings), and with another
+  Keras backend TensorFlow runs nothing that prints it.
   Anything else (a Python warning, an import error, a message no one listed here) is
   written back unchanged.
 
@@ -58,6 +71,7 @@ NOISE = (
     re.compile(r"port\.cc:\d+\] oneDNN custom operations are on"),
     re.compile(r"^To enable the following instructions: .* rebuild TensorFlow with the "
                r"appropriate compiler flags\.$"),
+    re.compile(r"util\.cc:\d+\] oneDNN supports DT_\w+ only on platforms with AVX-512"),
 )
 
 
@@ -92,9 +106,19 @@ def start():
             # deferred: process set-up runs before any framework is imported
             import tensorflow as tf
             tf.config.list_physical_devices()  # CUDA's start-up lines come now, not mid-run
+            if keras_backend_name() == "tensorflow" and not tf.config.list_physical_devices(
+                    "GPU"):
+                provoke_once_only_notes(tf)
     except ModuleNotFoundError as exc:
         if exc.name != "tensorflow" or keras_backend_name() == "tensorflow":
             raise
+
+
+def provoke_once_only_notes(tf):
+    """Make TensorFlow print now, while stderr is filtered, the notes it prints once per
+    process and would otherwise print mid-run: oneDNN's DT_BOOL note (see the module
+    docstring), provoked by transposing a boolean tensor."""
+    tf.transpose(tf.zeros((1, 1), dtype=tf.bool))
 
 
 @contextlib.contextmanager

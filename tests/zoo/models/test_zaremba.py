@@ -13,7 +13,7 @@ from tflm.epoch_decay import EpochDecay, decayed_rate
 from tflm.optimizers import SGD
 from zoo.errors import ConfigError
 from zoo.models.zaremba.zaremba_lm import ZarembaLSTM
-from tests.conftest import REPO
+from tests.backends import run_tests_in_backend
 
 V, H, B = 30, 8, 3
 ZAREMBA_PRESETS = [n for n in zoo.list_presets() if n.startswith("zaremba_")]
@@ -251,19 +251,6 @@ def test_forward_and_tutorial_steps_equal_the_pytorch_peer(num_experts):
 def test_parity_holds_on_the_other_keras_backends(backend):
     """The same parity tests under JAX and PyTorch (a subprocess each: Keras fixes its
     backend per process)."""
-    import importlib.util
-    import os
-    import subprocess
-    import sys
-    if keras.backend.backend() != "tensorflow":
-        pytest.skip("run from the TensorFlow session, which starts one process per backend")
-    if importlib.util.find_spec(backend) is None:
-        pytest.skip(f"Keras backend {backend!r} is not installed")
-    env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
-         "pytorch_peer or t_times or reloads or uniform"],
-        cwd=REPO, env=env, capture_output=True,
-        text=True, timeout=900)
-    assert proc.returncode == 0, f"under KERAS_BACKEND={backend}:\n{proc.stdout[-6000:]}"
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
+    out = run_tests_in_backend(backend, __file__,
+                               "pytorch_peer or t_times or reloads or uniform")
+    assert " passed" in out and "skipped" not in out, out[-2000:]

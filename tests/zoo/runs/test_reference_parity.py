@@ -16,10 +16,6 @@ head with the most parts) again under the JAX and PyTorch backends, in a subproc
 Keras backend is fixed per process; the other heads' steps share every line of the step).
 """
 
-import importlib.util
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -30,7 +26,7 @@ torch = pytest.importorskip("torch")
 from tflm.testing.reference_peer import (ReferenceLoop, ReferenceRNNModel,  # noqa: E402
                                          load_keras_weights, peer_weights_as_keras)
 from tflm.optimizers import AveragedSGD, averaged_weights  # noqa: E402
-from tests.conftest import REPO
+from tests.backends import run_tests_in_backend  # noqa: E402
 
 V, E, H, B, BPTT, LR = 40, 8, 12, 3, 6, 20.0
 HEADS = {"softmax": ({"type": "softmax"}, E, {}),
@@ -132,15 +128,6 @@ def test_without_the_lag_the_averaged_steps_would_differ():
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_parity_holds_on_the_other_keras_backends(backend):
-    if keras.backend.backend() != "tensorflow":
-        pytest.skip("run from the TensorFlow session, which starts one process per backend")
-    if importlib.util.find_spec(backend) is None:
-        pytest.skip(f"Keras backend {backend!r} is not installed")
-    env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
-         "-k", "log_probs or steps_equal_the_reference_loop and mos"],
-        cwd=REPO, env=env, capture_output=True,
-        text=True, timeout=900)
-    assert proc.returncode == 0, f"under KERAS_BACKEND={backend}:\n{proc.stdout[-6000:]}"
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
+    out = run_tests_in_backend(backend, __file__,
+                               "log_probs or steps_equal_the_reference_loop and mos")
+    assert " passed" in out and "skipped" not in out, out[-2000:]
