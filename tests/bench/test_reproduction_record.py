@@ -50,3 +50,17 @@ def test_the_recorded_command_resolves_to_the_run_configuration(tiny_run):
         assert again[section] == config[section]
     assert "--batch-size" in TINY_RUN_FLAGS  # the fixture set it: the command carries it
     assert "training.batch_size=8" in sets
+
+
+def test_the_readme_quotes_the_record():
+    """Every finished run in the record has its figures in the README's "Reproducing the
+    papers" section, as the record holds them (numbers only from runs that were made)."""
+    from tests.conftest import REPO
+    entries = json.loads(record.RECORD.read_text())
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Reproducing the papers"):]
+    finished = [e for e in entries if e["complete"]]
+    assert finished
+    for e in finished:
+        assert f"`{e['preset']}` ({e['epochs_run']} of {e['epochs_total']} epochs" in section
+        assert f"{e['valid']:.2f}" in section and f"{e['test']:.2f}" in section

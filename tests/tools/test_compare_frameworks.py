@@ -86,6 +86,27 @@ def test_runs_as_a_script_from_anywhere(tmp_path):
     assert "unknown backend" in proc.stderr
 
 
+@pytest.mark.slow
+def test_a_comparison_run_from_another_folder_writes_into_its_relative_out(tmp_path):
+    # The workers run with the relative --out of the folder the command was started in, and
+    # the memory column says what the run added to the framework's own resident memory.
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "compare_frameworks.py"),
+                           "--preset", "synthetic", "--backends", "tensorflow", "--steps", "2",
+                           "--warmup", "1", "--threads", "1", "--eval-windows", "2",
+                           "--set", "corpus.train_tokens=3000", "--set",
+                           "corpus.valid_tokens=600", "--set", "corpus.test_tokens=600",
+                           "--set", "corpus.vocab_size=30", "--set", "model.hidden_dim=8",
+                           "--set", "model.embed_dim=4", "--out", "cmp/"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads((tmp_path / "cmp" / "results.json").read_text())["backends"][0]
+    assert row["status"] == "ok", row
+    assert 0 <= row["peak_rss_added_mib"] <= row["peak_rss_mib"]
+    assert row["rss_after_imports_mib"] + row["peak_rss_added_mib"] == pytest.approx(
+        row["peak_rss_mib"])
+    assert "(peak RSS; run +" in proc.stdout
+
+
 # ---- the native peer against the Keras model (in process, default backend) ----------------
 def _keras_and_native(head, dropout=0.0, seed=0):
     import keras

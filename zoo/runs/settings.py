@@ -284,15 +284,17 @@ def corpus_keys(name, kind="markov"):
     language takes its kind's parameters (`zoo.runs.setting_keys.language_arguments`) and
     its split sizes; lm1b its options; any other corpus (ptb, wikitext-2, a folder) its
     `vocab_size` (what the preset documents; the files decide it); every corpus the split
-    limits."""
+    limits, and the split sizes, which only a synthetic language reads (a flag set made for
+    the synthetic preset stays usable with `--corpus DIR`)."""
     if name == "synthetic":
         kinds = language_arguments(kind)
         return ({"name", "kind", *_CORPUS_SIZES, *_CORPUS_LIMITS, *kinds},
                 f" (a synthetic {kind} language)", kinds)
+    common = {"name", *_CORPUS_SIZES, *_CORPUS_LIMITS}
     if name in _LM1B_NAMES:
-        return ({"name", *_LM1B_OPTIONS, *_CORPUS_LIMITS}, f" (corpus {name})",
+        return ({*common, *_LM1B_OPTIONS}, f" (corpus {name})",
                 {"vocab_size": "integer", "verify": "boolean", "cache": "boolean"})
-    return {"name", "vocab_size", *_CORPUS_LIMITS}, f" (corpus {name})", {"vocab_size": "integer"}
+    return {*common, "vocab_size"}, f" (corpus {name})", {"vocab_size": "integer"}
 
 
 @dataclasses.dataclass(frozen=True)

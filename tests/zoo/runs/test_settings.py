@@ -39,8 +39,8 @@ def test_every_bundled_preset_resolves(name):
     ("awd_lstm_ptb", "corpus.max_train_token=100", "unknown setting corpus.max_train_token "
                                                     "(corpus ptb); did you mean "
                                                     "corpus.max_train_tokens?"),
-    ("awd_lstm_ptb", "corpus.train_tokens=100", "(corpus ptb); did you mean "
-                                                "corpus.max_train_tokens?"),
+    ("awd_lstm_ptb", "corpus.temperature=0.3", "unknown setting corpus.temperature (corpus "
+                                               "ptb);"),
     ("synthetic", "corpus.temprature=0.3", "did you mean corpus.temperature?"),
     ("synthetic", "model.hiden_dim=5", "unknown setting model.hiden_dim (model.kind awd_lstm); "
                                        "did you mean model.hidden_dim?"),

@@ -25,7 +25,7 @@ def _python(code, **env):
 
 
 def test_backend_name_is_read_as_keras_reads_it_without_importing_keras(tmp_path):
-    code = ("import json, sys; from zoo import allocator; "
+    code = ("import json, sys; from zoo.runtime import allocator; "
             "print(json.dumps([allocator.keras_backend_name(), 'keras' in sys.modules]))")
     assert _python(code, KERAS_BACKEND="jax") == ["jax", False]
     (tmp_path / "keras.json").write_text(json.dumps({"backend": "torch"}))
@@ -36,7 +36,7 @@ def test_backend_name_is_read_as_keras_reads_it_without_importing_keras(tmp_path
 
 @needs_glibc
 def test_settings_per_backend_and_what_the_user_set_wins():
-    code = ("import json, sys; from zoo import allocator; made = allocator.keep_freed_memory("
+    code = ("import json, sys; from zoo.runtime import allocator; made = allocator.keep_freed_memory("
             "sys.argv[1] if len(sys.argv) > 1 else None); "
             "print(json.dumps([made, allocator.settings_made()]))")
     keep = {"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": 2 ** 31 - 1}
