@@ -16,6 +16,7 @@ write (an `OSError`: a full disk, a file-size limit) raises `WriteError`, which
     continue with: python -m zoo.train --resume runs/r
 """
 
+import contextlib
 import errno
 import json
 import pathlib
@@ -36,10 +37,8 @@ def save_best(model, out, previous_epoch):
     """Save `model` as `out/best.keras`; `previous_epoch` is the epoch of the best.keras it
     replaces (None when there is none)."""
     path = pathlib.Path(out) / "best.keras"
-    try:
+    with failing_as_one_line(path, previous_epoch):
         atomic_files.save_model(model, path)
-    except OSError as err:
-        raise failed(path, err, previous_epoch) from err
 
 
 def save_checkpoint(out, model, state):
@@ -56,10 +55,8 @@ def save_checkpoint(out, model, state):
 def save_final(model, out, best_epoch):
     """Save `model` as `out/final.keras` (after the last epoch)."""
     path = pathlib.Path(out) / "final.keras"
-    try:
+    with failing_as_one_line(path, best_epoch):
         atomic_files.save_model(model, path)
-    except OSError as err:
-        raise failed(path, err, best_epoch) from err
 
 
 def write_metrics(out, results):
@@ -79,8 +76,15 @@ def write_metrics(out, results):
 def rewrite_config(out, config, best_epoch):
     """Rewrite `out/config.json` (a resume's new --epochs)."""
     path = pathlib.Path(out) / "config.json"
-    try:
+    with failing_as_one_line(path, best_epoch):
         atomic_files.write_json(path, config)
+
+
+@contextlib.contextmanager
+def failing_as_one_line(path, best_epoch):
+    """Within the block, an `OSError` writing `path` becomes `failed(path, ...)`."""
+    try:
+        yield
     except OSError as err:
         raise failed(path, err, best_epoch) from err
 
