@@ -172,13 +172,20 @@ def _check_zip(path, what, size=None):
         raise _unreadable(path, what, f"{actual} bytes, the checkpoint recorded {size}")
     if not zipfile.is_zipfile(path):
         raise _unreadable(path, what, "not a complete zip file")
+    problem = zip_problem(path)
+    if problem is not None:
+        raise _unreadable(path, what, problem)
+
+
+def zip_problem(path):
+    """Why the zip file `path` (`.keras`, `.npz`) cannot be read whole, or None: a member
+    that does not match its CRC, or the archive's own error."""
     try:
         with zipfile.ZipFile(path) as archive:
             bad = archive.testzip()
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as err:
-        raise _unreadable(path, what, " ".join(str(err).split()) or type(err).__name__) from err
-    if bad is not None:
-        raise _unreadable(path, what, f"{bad} does not match its checksum")
+        return " ".join(str(err).split()) or type(err).__name__
+    return None if bad is None else f"{bad} does not match its checksum"
 
 
 def candidates(run_dir):

@@ -24,8 +24,6 @@ the temporaries of killed writes are removed.
 
 import json
 import pathlib
-import zipfile
-import zlib
 
 from zoo.errors import UserError
 from zoo.runs import atomic_files, checkpoint
@@ -134,13 +132,7 @@ def check_best_model(run_dir, state):
            f"{pathlib.Path(run_dir) / checkpoint.CHECKPOINT / 'model.keras'}")
     if not path.is_file():
         raise checkpoint.CheckpointError(f"{what} is missing; {fix}.")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as err:
-        bad = " ".join(str(err).split()) or type(err).__name__
-    else:
-        bad = None if bad is None else f"{bad} does not match its checksum"
+    bad = checkpoint.zip_problem(path)
     if bad is not None:
         raise checkpoint.CheckpointError(f"{what} is unreadable (corrupt or truncated: {bad}); "
                                          f"{fix}.")
