@@ -81,7 +81,17 @@ def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "run"
     assert train.main(["--epochs", "1", "--seed", "3", "--out", str(out),
                        *TINY_RUN_FLAGS]) == 0
-    return out
+    before = _listing(out)
+    yield out
+    changed = sorted(set(before.items()) ^ set(_listing(out).items()))
+    assert not changed, (f"a test wrote into the shared tiny_run folder (copy it first): "
+                         f"{sorted({name for name, _ in changed})}")
+
+
+def _listing(folder):
+    """{relative path: (size, mtime in ns)} of every file below `folder`."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 _NATIVE_LOG_LINE = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] |"

@@ -253,16 +253,18 @@ def test_both_tools_give_the_same_figures_on_the_other_backends(tiny_run, tmp_pa
     report what they report under TensorFlow."""
     from tests.backends import run_in_backend
     from tools import embeddings
-    vocab = (tiny_run / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    run = tmp_path / "run"  # the tools write TensorBoard scalars into a run folder's logs/
+    shutil.copytree(tiny_run, run)
+    vocab = (run / "vocab.txt").read_text(encoding="utf-8").splitlines()
     folder = _benchmarks(tmp_path / "bench", vocab)
-    assert ws.main([str(tiny_run / "best.keras"), "--benchmarks", str(folder), "--json",
+    assert ws.main([str(run / "best.keras"), "--benchmarks", str(folder), "--json",
                     str(tmp_path / "tf.json")]) == 0
-    assert embeddings.main([str(tiny_run / "best.keras"), "--out", str(tmp_path / "tf")]) == 0
+    assert embeddings.main([str(run / "best.keras"), "--out", str(tmp_path / "tf")]) == 0
     run_in_backend(backend, f"""
         from tools import embeddings, word_similarity
-        assert word_similarity.main([{str(tiny_run / "best.keras")!r}, "--benchmarks",
+        assert word_similarity.main([{str(run / "best.keras")!r}, "--benchmarks",
                                      {str(folder)!r}, "--json", {str(tmp_path / "o.json")!r}]) == 0
-        assert embeddings.main([{str(tiny_run / "best.keras")!r}, "--out",
+        assert embeddings.main([{str(run / "best.keras")!r}, "--out",
                                 {str(tmp_path / "o")!r}]) == 0
     """)
     ours = json.loads((tmp_path / "tf.json").read_text())["results"]
