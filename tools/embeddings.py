@@ -48,6 +48,7 @@ import numpy as np
 from tools.plots import plot_normalized
 from tools.word_similarity import input_embedding
 from zoo.errors import UserError
+from zoo.runs import atomic_files
 from zoo.runtime import quiet_start
 from zoo.runtime.user_errors import check_output_dir, one_line_errors
 
@@ -165,7 +166,8 @@ def plot_projection(projection, labels, path, title="Embeddings on the first two
     fig.tight_layout()
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    with atomic_files.replacing(path) as tmp:
+        fig.savefig(tmp, format="png")
     return path
 
 
@@ -189,7 +191,7 @@ def analyse(embeddings, vocabulary, out, label_ids, label="embedding"):
         "components_95": pca["components_95"],
         "labelled_words": [vocabulary[i] for i in label_ids],
     }
-    (out / "embeddings.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    atomic_files.write_text(out / "embeddings.json", json.dumps(report, indent=2) + "\n")
     return report
 
 
@@ -277,7 +279,9 @@ def _run(args):
         report = analyse(embeddings, run.vocabulary, args.out, ids,
                          label=run.model_path.parent.name)
     except OSError as err:
-        raise UserError(f"cannot write into {args.out} ({err.strerror or err}).") from err
+        where = err.filename if getattr(err, "filename", None) else f"into {args.out}"
+        raise atomic_files.write_failed(where, err, "the files already there are whole "
+                                        "(each is replaced whole or not at all)") from None
     s = np.asarray(report["singular_values"])
     v, d = report["shape"]
     print(f"embedding of {run.model_path}: {v} x {d}")

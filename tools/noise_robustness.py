@@ -41,7 +41,6 @@ markdown. Cost: one thin SVD with vectors per iteration of Algorithm 5.1 and one
 """
 
 import argparse
-import json
 import math
 import pathlib
 import sys
@@ -52,6 +51,7 @@ import scipy.linalg
 from tools.qmatrix_io import QMatrixError, open_q
 from tools.rank import (DEFAULT_EPS, effective_rank, eps_key, numpy_rank, press_rank,
                         press_threshold)
+from zoo.runs import atomic_files
 from zoo.runtime.user_errors import check_output_dir, one_line_errors
 
 THESIS_KEEP = 10
@@ -394,8 +394,8 @@ def main(argv=None):
         return 2
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "noise_robustness.md").write_text(md + "\n")
-    (out / "noise_robustness.json").write_text(json.dumps(res, indent=2))
+    atomic_files.write_text(out / "noise_robustness.md", md + "\n")
+    atomic_files.write_json(out / "noise_robustness.json", res)
     print(md)
     print(f"wrote {out / 'noise_robustness.md'} and {out / 'noise_robustness.json'}")
     return 0

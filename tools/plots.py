@@ -31,6 +31,7 @@ import pathlib
 import numpy as np
 
 from tools.rank_thresholds import press_threshold
+from zoo.runs import atomic_files
 
 
 def _values(spec):
@@ -78,7 +79,8 @@ def _save(fig, ax, path, title, xlabel, ylabel, n_series):
     fig.tight_layout()
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    with atomic_files.replacing(path) as tmp:
+        fig.savefig(tmp, format="png")
     return path
 
 

@@ -44,7 +44,6 @@ and names ``--method tsqr`` (float64), which settles it.
 """
 
 import argparse
-import json
 import pathlib
 import sys
 
@@ -55,6 +54,7 @@ from tools.qmatrix_io import QMatrixError
 from tools.rank_thresholds import (machine_eps, numpy_threshold,  # noqa: F401 (re-exported)
                                    press_threshold, rule_applies)
 from tools.spectrum import GRAM_SAFETY, SpectrumResult, singular_values
+from zoo.runs import atomic_files
 from zoo.runtime import quiet_start
 from zoo.runtime.user_errors import check_output_dir, check_output_file, one_line_errors
 
@@ -338,8 +338,8 @@ def main(argv=None):
     print(format_rank_table(reports))
     if args.json:
         pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump({"reports": reports}, fh, indent=2)
+        atomic_files.write_result_json(args.json, {"reports": reports},
+                                       kept="the table is printed above")
         print(f"wrote {args.json}")
     if args.plot:
         for path in plot_all(spectra, labels, args.plot).values():

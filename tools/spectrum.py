@@ -105,6 +105,7 @@ import scipy.linalg
 from tools import gram_gpu
 from tools.qmatrix_io import QMatrixError, open_q, scan_finite
 from tools.rank_thresholds import press_threshold
+from zoo.runs import atomic_files
 
 METHODS = ("auto", "lapack", "tsqr", "gram", "randomized")
 DEFAULT_BLOCK_BYTES = 32 * 2**20  # at least 32 MiB per TSQR block (in the compute dtype)
@@ -205,9 +206,10 @@ class SpectrumResult:
         """
         path = pathlib.Path(path)
         if path.suffix == ".npz":
-            np.savez(path, values=self.values, meta=np.array(self.to_json(False)))
+            with atomic_files.replacing(path) as tmp:
+                np.savez(tmp, values=self.values, meta=np.array(self.to_json(False)))
         elif path.suffix == ".json":
-            path.write_text(self.to_json(True))
+            atomic_files.write_text(path, self.to_json(True))
         else:
             raise ValueError(f"cannot save a spectrum as {path.name!r}: use a .npz or .json "
                              f"file name")

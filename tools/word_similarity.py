@@ -67,7 +67,6 @@ Reference: Parthiban 2020 thesis §5.3.1, Tables 5.2-5.4; lmkit
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import pathlib
@@ -76,6 +75,7 @@ import sys
 import numpy as np
 
 from zoo.errors import UserError
+from zoo.runs import atomic_files
 from zoo.runtime import quiet_start
 from zoo.runtime.user_errors import check_output_file, one_line_errors
 
@@ -326,12 +326,8 @@ def _run(args):
             "tensorboard": logged,
             "results": [dataclasses.asdict(r) for r in results],
         }
-        try:
-            pathlib.Path(args.json).write_text(json.dumps(report, indent=2) + "\n",
-                                               encoding="utf-8")
-        except OSError as err:
-            raise UserError(f"cannot write {args.json} ({err.strerror or err}); the table "
-                            "above is complete.") from err
+        atomic_files.write_result_json(args.json, report,
+                                       kept="the table above is complete")
     return 0
 
 

@@ -31,7 +31,6 @@ CLI:
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 import time
@@ -39,6 +38,7 @@ import time
 import numpy as np
 
 from zoo.errors import UserError
+from zoo.runs import atomic_files
 from zoo.runtime.command import imports_done, run_command, start_command
 from zoo.runtime.progress import verbosity
 from zoo.runtime.user_errors import check_output_file, one_line_errors
@@ -209,8 +209,7 @@ def main(argv=None):
                                   result["perplexity"]},
                     evaluated_epoch(run.run_dir, run.model_path))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+        atomic_files.write_result_json(args.json, result)
     return 0
 
 

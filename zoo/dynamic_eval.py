@@ -54,7 +54,6 @@ ones), else to the MoS code's defaults (lambda 0.02, eta 0.002, eps 0.001).
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 import time
@@ -62,6 +61,7 @@ import time
 import numpy as np
 
 from zoo.errors import UserError
+from zoo.runs import atomic_files
 from zoo.runtime.command import imports_done, run_command, start_command
 from zoo.runtime.progress import verbosity
 from zoo.runtime.user_errors import check_output_file, one_line_errors
@@ -336,8 +336,7 @@ def main(argv=None):
                                   result["perplexity"]},
                     evaluated_epoch(run.run_dir, run.model_path))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+        atomic_files.write_result_json(args.json, result)
     return 0
 
 

@@ -167,8 +167,7 @@ def main(argv=None):
         log_scalars(run.run_dir, {f"evaluate/{args.split}_perplexity": result["perplexity"]},
                     evaluated_epoch(run.run_dir, run.model_path))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+        atomic_files.write_result_json(args.json, result)
     return 0
 
 

@@ -42,6 +42,7 @@ import sys
 import numpy as np
 
 from zoo.errors import UserError
+from zoo.runs import atomic_files
 from zoo.runtime.command import imports_done, run_command, start_command
 from zoo.runtime.user_errors import one_line_errors
 
@@ -280,9 +281,9 @@ def _run(args):
         sys.stdout.flush()
         return
     try:
-        out.write_text(text, encoding="utf-8")
+        atomic_files.write_text(out, text)
     except OSError as err:
-        raise UserError(f"cannot write {out} ({err.strerror or err}).") from err
+        raise atomic_files.write_failed(out, err, "nothing was replaced") from None
 
 
 if __name__ == "__main__":

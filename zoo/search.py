@@ -29,6 +29,7 @@ import pathlib
 import sys
 
 from zoo.errors import UserError
+from zoo.runs import atomic_files
 from zoo.runtime.command import imports_done, run_command, start_command
 from zoo.runtime.user_errors import check_output_dir, one_line_errors
 
@@ -113,7 +114,7 @@ def run_trial(index, record, config, out, data_dir, verbose):
     state = trial_state(path)
     if state == "new":
         path.mkdir(parents=True, exist_ok=True)
-        (path / SAMPLE_FILE).write_text(json.dumps(record, indent=2))
+        atomic_files.write_json(path / SAMPLE_FILE, record)
     if state in ("new", "interrupted"):
         # deferred: a command's frameworks import after start_command (zoo.runtime.command)
         import keras
@@ -124,7 +125,7 @@ def run_trial(index, record, config, out, data_dir, verbose):
             run(None if state == "interrupted" else config, path, data_dir=data_dir,
                 verbose=verbose, resume=state == "interrupted")
         except TrainingDiverged as err:
-            (path / DIVERGED_FILE).write_text(json.dumps({"message": str(err)}, indent=2))
+            atomic_files.write_json(path / DIVERGED_FILE, {"message": str(err)})
             print(f"zoo.search: trial {index} diverged: {err}", file=sys.stderr)
     return summary_row(index, path)
 
@@ -198,8 +199,13 @@ def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), dat
              f"{trials} trial{'s' * (trials != 1)}"
              + (f" of {epochs} epoch{'s' * (epochs != 1)}" if epochs else ""))
     table = summary_table(rows, title)
-    (out / "summary.md").write_text(table)
     print(table)
+    try:
+        atomic_files.write_text(out / "summary.md", table)
+    except OSError as err:
+        raise atomic_files.write_failed(out / "summary.md", err,
+                                        "the table is printed above and every trial's run "
+                                        "folder is whole") from None
     return rows
 
 

@@ -321,6 +321,13 @@ def _flip_byte(path, offset):
     path.write_bytes(bytes(data))
 
 
+def _edit_config(run_dir, part, key, value):
+    path = run_dir / "config.json"
+    config = json.loads(path.read_text())
+    config[part][key] = value
+    path.write_text(json.dumps(config))
+
+
 def _snapshot(run_dir):
     return {str(p.relative_to(run_dir)): p.read_bytes() if p.is_file() else None
             for p in sorted(run_dir.rglob("*"))}
@@ -338,6 +345,14 @@ def _snapshot(run_dir):
      "best.keras (the best model, epoch 1) is unreadable (corrupt or truncated"),
     (lambda r: _flip_byte(r / "best.keras", 30000),
      "best.keras (the best model, epoch 1) is unreadable (corrupt or truncated"),
+    (lambda r: (r / "config.json").write_bytes((r / "config.json").read_bytes()[:-5]),
+     "config.json is corrupt"),
+    (lambda r: (r / "config.json").write_text("[1, 2]"),
+     "config.json is corrupt (a JSON list, not the object of settings"),
+    (lambda r: _edit_config(r, "training", "epoch", 3),
+     "unknown setting training.epoch; did you mean training.epochs?"),
+    (lambda r: _edit_config(r, "model", "hidden_dim", "big"),
+     "model.hidden_dim must be an integer; got 'big'"),
 ])
 def test_a_damaged_file_is_refused_in_one_line_and_nothing_is_touched(
         one_epoch, tmp_path, capsys, damage, message):

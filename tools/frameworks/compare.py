@@ -73,7 +73,6 @@ reason. Importable: `run(argv)` returns the results dict; `tools.frameworks.repo
 import argparse
 import concurrent.futures
 import datetime
-import json
 import os
 import pathlib
 import platform
@@ -86,6 +85,7 @@ from tools.frameworks.processes import (BACKENDS, backend_available, pick_init_b
 from tools.frameworks.report import (agreement, flops_per_token, format_table, markdown,
                                      plot_curves)
 from zoo.errors import UserError
+from zoo.runs import atomic_files
 from zoo.runtime.user_errors import check_output_dir, one_line_errors
 from zoo.runs.config import resolve_config as resolve_preset
 
@@ -271,8 +271,8 @@ def run(argv=None):
         "out": str(out), "init": init, "flops": flops, "backends": rows,
         "agreement": agreement(rows, init),
     }
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "results.md").write_text(markdown(results))
+    atomic_files.write_json(out / "results.json", results, indent=1)
+    atomic_files.write_text(out / "results.md", markdown(results))
     if args.plot:
         results["plot"] = plot_curves(results, out / "valid_perplexity_vs_time.png")
     return results

@@ -10,7 +10,9 @@
 """
 
 import math
+import pathlib
 
+from zoo.runs import atomic_files
 from zoo.runs.settings import TrainingSettings
 
 
@@ -238,6 +240,7 @@ def plot_curves(results, path):
     ax.set_title(f"{results['preset']} ({results['settings']['device']})")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_files.replacing(path) as tmp:
+        fig.savefig(tmp, dpi=120, format=pathlib.Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
     return str(path)

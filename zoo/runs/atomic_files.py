@@ -60,19 +60,33 @@ def replacing(path):
     """Context manager: yields a temporary path beside `path` (created empty, mode 0666
     less the umask) for any writer to fill; on a normal exit it is made durable and renamed
     over `path`, on any exception removed (and the exception goes on). `path`'s previous
-    content is whole until the rename."""
+    content is whole until the rename. An `OSError` about the temporary (or about no file)
+    goes on naming `path` in its `filename`, the file the user asked for."""
     path = pathlib.Path(path)
     tmp = temporary_name(path)
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError as err:
+        _raise_naming(err, tmp, path)
     try:
         yield tmp
         fsync_file(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(err, OSError):
+            _raise_naming(err, tmp, path)
         raise
     fsync_dir(path.parent)
+
+
+def _raise_naming(err, tmp, path):
+    """Raise `err`, or where it named the temporary `tmp` or no file, the same class, errno
+    and message naming the target `path`."""
+    if err.errno is None or err.filename not in (None, str(tmp), tmp):
+        raise err
+    raise type(err)(err.errno, err.strerror, str(path)) from err
 
 
 def write_bytes(path, data):
@@ -90,6 +104,15 @@ def write_json(path, value, indent=2):
     """Replace `path` with `value` as JSON (serialized before the file is touched, so a
     value that is not JSON leaves no trace)."""
     write_text(path, json.dumps(value, indent=indent))
+
+
+def write_result_json(path, value, kept="the figures are printed above"):
+    """`write_json` for a command's result file (`--json`): a failed write is the one-line
+    `WriteError` saying what was kept (`kept`)."""
+    try:
+        write_json(path, value)
+    except OSError as err:
+        raise write_failed(path, err, kept) from None
 
 
 def save_model(model, path):

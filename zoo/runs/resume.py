@@ -61,13 +61,18 @@ def read_config(run_dir):
     """RUN_DIR's config.json (`CheckpointError` when it is missing or corrupt)."""
     path = pathlib.Path(run_dir) / "config.json"
     try:
-        return json.loads(path.read_text())
+        config = json.loads(path.read_text())
     except FileNotFoundError:
         raise checkpoint.CheckpointError(f"{path} is missing; the run cannot be resumed "
                                          "without its configuration.") from None
     except json.JSONDecodeError as err:
         raise checkpoint.CheckpointError(f"{path} is corrupt ({err}); the run cannot be "
                                          "resumed from it.") from None
+    if not isinstance(config, dict):
+        raise checkpoint.CheckpointError(f"{path} is corrupt (a JSON {type(config).__name__}, "
+                                         "not the object of settings zoo.train wrote); the "
+                                         "run cannot be resumed from it.")
+    return config
 
 
 def resume_config(run_dir, epochs=None):
