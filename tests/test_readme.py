@@ -63,3 +63,102 @@ def test_readme_python_snippets_run():
                                    PYTHONPATH=str(REPO)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "README OK" in proc.stdout
+
+
+# --- the shell transcripts ------------------------------------------------------------------
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_SPEED_OR_TIME = re.compile(r"^(?: words/s|s\b)")
+
+
+def readme_transcripts():
+    """The README's ```text blocks that show `$ python -m ...` commands with their output,
+    as lists of (command, expected lines)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    transcripts = []
+    for block in re.findall(r"```text\n(.*?)```", text, flags=re.S):
+        if not block.startswith("$ python -m "):
+            continue
+        steps = []
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            else:
+                steps[-1][1].append(line)
+        transcripts.append(steps)
+    return transcripts
+
+
+def line_matches(expected, actual, rel=0.02):
+    """Whether an output line is the expected one: the words equal (runs of spaces as one),
+    the decimal figures within `rel`, the whole numbers equal, a speed (`N words/s`) or a
+    time (`Ns`) anything."""
+    def parts(line):
+        line = " ".join(line.split())
+        return _NUMBER.split(line), _NUMBER.findall(line)
+    (e_words, e_numbers), (a_words, a_numbers) = parts(expected), parts(actual)
+    if e_words != a_words or len(e_numbers) != len(a_numbers):
+        return False
+    for e, a, after in zip(e_numbers, a_numbers, e_words[1:]):
+        if _SPEED_OR_TIME.match(after):
+            continue
+        e_value, a_value = float(e.replace(",", "")), float(a.replace(",", ""))
+        if "." in e:
+            if abs(a_value - e_value) > rel * abs(e_value):
+                return False
+        elif e_value != a_value:
+            return False
+    return True
+
+
+def transcript_mismatch(expected, actual):
+    """None when `actual` (the output's lines) shows `expected` in order, a `...` line
+    standing for any number of lines; else what differs."""
+    j, skipping = 0, False
+    for line in expected:
+        if line.strip() == "...":
+            skipping = True
+            continue
+        while j < len(actual) and not line_matches(line, actual[j]):
+            if not skipping:
+                return f"expected {line!r}, printed {actual[j]!r}"
+            j += 1
+        if j == len(actual):
+            return f"expected {line!r}: not printed"
+        j, skipping = j + 1, False
+    if j < len(actual) and not skipping:
+        return f"printed more than shown: {actual[j:]}"
+    return None
+
+
+def test_transcript_matching_accepts_the_output_and_refuses_a_change():
+    expected = ["...", "test perplexity     24.17", "epoch 2 took 3.0s, 4,000 words/s"]
+    printed = ["loss 3.3", "test perplexity 24.30", "epoch 2 took 1.1s, 48,982 words/s"]
+    assert transcript_mismatch(expected, printed) is None
+    assert "24.17" in transcript_mismatch(expected, ["test perplexity 24.80", printed[2]])
+    assert transcript_mismatch(expected, ["test perplexity 24.17",
+                                          "epoch 3 took 3.0s, 4,000 words/s"]) is not None
+    assert transcript_mismatch(expected[1:], printed) is not None  # no "..." before
+    assert "more than shown" in transcript_mismatch(expected, printed + ["extra"])
+    assert transcript_mismatch(["w27 w37"], ["w27 w36"]) is not None
+
+
+def test_readme_transcripts_print_what_the_readme_shows(tmp_path, monkeypatch, capsys):
+    """Each `$ python -m zoo.X ARGS` of the README's transcripts runs (in this process, as
+    `zoo.X.main(ARGS)`, in one folder for the whole page: the generation transcript uses
+    the run the evaluation one trains) and prints the lines shown."""
+    import importlib
+    import shlex
+    from tests.conftest import without_native_log_lines
+    transcripts = readme_transcripts()
+    assert len(transcripts) >= 2
+    monkeypatch.chdir(tmp_path)
+    for steps in transcripts:
+        for command, expected in steps:
+            words = shlex.split(command)
+            assert words[:3] == ["python", "-m", words[2]] and words[2].startswith("zoo.")
+            importlib.import_module(words[2]).main(words[3:])
+            captured = capsys.readouterr()
+            printed = without_native_log_lines(captured.out + captured.err).splitlines()
+            problem = transcript_mismatch(expected, printed)
+            assert problem is None, f"$ {command}: {problem}"
