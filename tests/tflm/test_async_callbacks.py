@@ -25,7 +25,7 @@ def run_with_probe(code):
     return json.loads(out.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("backend", [pytest.param("jax", marks=pytest.mark.slow), "torch"])
 def test_zoo_train_runs_its_batch_hooks_off_the_main_thread(backend, tmp_path):
     out = run_in_backend(backend, f"""
         import json, threading

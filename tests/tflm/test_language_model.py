@@ -342,8 +342,11 @@ print(total / count, *[model.evaluate(data.lm_dataset(ids, 3, bptt, train=False)
 """
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
-@pytest.mark.parametrize("head", ["softmax", "doc"])
+@pytest.mark.parametrize("backend, head", [
+    ("tensorflow", "softmax"), ("jax", "softmax"), ("torch", "doc"),
+    pytest.param("tensorflow", "doc", marks=pytest.mark.slow),
+    pytest.param("jax", "doc", marks=pytest.mark.slow),
+    pytest.param("torch", "softmax", marks=pytest.mark.slow)])
 def test_evaluate_is_the_models_nll_whatever_the_window_length(backend, head):
     """A pass's first window starts from zero state: Keras' symbolic build before fit /
     evaluate runs the model on dummy tokens (eagerly on PyTorch), which left its state in

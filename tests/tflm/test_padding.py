@@ -118,7 +118,8 @@ _DOC = ('{"type": "doc", "num_components_per_layer": [0, 2, 3], '
 
 # JAX with the softmax head: its train step picks the targets' log-probabilities chunk by
 # chunk and its LSTM loops stop at the window's extent (`tflm.backends.extent_loop`).
-@pytest.mark.parametrize("backend,head", [("tensorflow", _DOC), ("jax", _DOC), ("torch", _DOC),
+@pytest.mark.parametrize("backend,head", [("tensorflow", _DOC), pytest.param("jax", _DOC, marks=pytest.mark.slow),
+                                          ("torch", _DOC),
                                           ("jax", '"softmax"')])
 def test_training_on_padded_windows_equals_unpadded(backend, head):
     out = run_in_backend(backend, _EQUIVALENCE.replace("{HEAD}", head)).split()

@@ -180,7 +180,7 @@ def test_epoch_trigger_across_per_epoch_fit_calls(tmp_path):
             pytest.approx(val[-1], rel=1e-5)
 
 
-@pytest.mark.parametrize("backend", ["torch", "jax"])
+@pytest.mark.parametrize("backend", [pytest.param("torch", marks=pytest.mark.slow), "jax"])
 def test_under_other_backends(backend):
     # On JAX the averaging start once shared its buffer with the iteration counter it was
     # copied from (and the averages with the weights), and the jitted step, which donates

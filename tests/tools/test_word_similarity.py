@@ -247,7 +247,7 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(tiny_run, tmp_path, capsys, 
     assert err[0].startswith("tools.word_similarity: error: ") and message in err[0]
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("backend", ["jax", pytest.param("torch", marks=pytest.mark.slow)])
 def test_both_tools_give_the_same_figures_on_the_other_backends(tiny_run, tmp_path, backend):
     """tools.word_similarity and tools.embeddings load the run under JAX / PyTorch and
     report what they report under TensorFlow."""

@@ -227,7 +227,7 @@ def test_a_missing_run_is_a_one_line_error(tmp_path, capsys):
     assert len(err) == 1 and "no such run directory or model file" in err[0]
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("backend", ["jax", pytest.param("torch", marks=pytest.mark.slow)])
 def test_formula_and_parity_hold_on_the_other_keras_backends(backend):
     out = run_tests_in_backend(backend, __file__,
                                "update_formula or identical_weights and softmax", timeout=600)

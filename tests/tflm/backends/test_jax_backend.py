@@ -65,7 +65,7 @@ def test_jax_fit_carries_state_evaluates_predicts_and_saves(tmp_path):
 
 @pytest.mark.skipif("jax" not in KERAS_BACKENDS or "tensorflow" not in KERAS_BACKENDS,
                     reason="needs jax and tensorflow")
-@pytest.mark.parametrize("head", ["mos", "softmax"])
+@pytest.mark.parametrize("head", ["mos", pytest.param("softmax", marks=pytest.mark.slow)])
 def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling(tmp_path,
                                                                                  head):
     """The JAX step applies the same update as the TensorFlow step: a window shorter than

@@ -68,7 +68,7 @@ def _train(optimizer, per_variable, weight_decay=1.2e-6):
     return json.loads(out.split("RESULT", 1)[1])
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "asgd"])
+@pytest.mark.parametrize("optimizer", [pytest.param("sgd", marks=pytest.mark.slow), "asgd"])
 def test_multi_tensor_step_equals_the_per_variable_step(optimizer):
     """Four training steps (dropout on, same seed) give the same weights, averages and
     gradient norms either way, to float32 rounding: the total norm is summed in another

@@ -194,7 +194,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("backend", [pytest.param("jax", marks=pytest.mark.slow), "torch"])
 def test_regularizers_train_and_reload_on_other_backends(backend):
     import json
     emb, head = _tied_softmax(alpha=0.3)

@@ -239,7 +239,8 @@ print("RESULT " + json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+@pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.slow),
+                                     "torch"])
 def test_flow_heads_fit_and_reload(backend):
     """A CNF on an MoS base and a sampled conditional CNF train under model.fit (the
     flow's weights move), report NFE, evaluate in full, and reload exactly."""

@@ -143,7 +143,8 @@ print("RESULT " + json.dumps({"train": hist["perplexity"], "before": full_before
 """
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+@pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.slow),
+                                     "torch"])
 def test_sampled_softmax_trains_under_fit_and_reloads(backend):
     """Training perplexity is the sampled objective's (over 1 + k = 6 candidates: 6 to 11,
     where the full perplexity starts near V = 30; it need not fall: once the logits follow

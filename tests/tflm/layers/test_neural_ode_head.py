@@ -184,7 +184,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("backend", ["jax", pytest.param("torch", marks=pytest.mark.slow)])
 def test_fit_and_reload_on_other_backends(backend):
     """JAX: backpropagation runs through the bounded scan, the adjoint through while loops."""
     stdout = run_in_backend(backend, BACKEND_SNIPPET)

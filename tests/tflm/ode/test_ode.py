@@ -1094,7 +1094,7 @@ def tf_reference():
     return ref
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("backend", ["jax", pytest.param("torch", marks=pytest.mark.slow)])
 def test_other_backends_agree_with_tensorflow(backend):
     """One subprocess per backend, float64 (JAX with x64): the same solution and NFE as
     TensorFlow, the last step landing on t1 exactly, eager ODEIntegrationError, the VJP;

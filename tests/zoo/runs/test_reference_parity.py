@@ -126,7 +126,7 @@ def test_without_the_lag_the_averaged_steps_would_differ():
     assert gap > 1e-3
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("backend", [pytest.param("jax", marks=pytest.mark.slow), "torch"])
 def test_parity_holds_on_the_other_keras_backends(backend):
     out = run_tests_in_backend(backend, __file__,
                                "log_probs or steps_equal_the_reference_loop and mos")
