@@ -78,6 +78,8 @@ def data_parallel(devices=None):
 def lm_dataset_for(strategy, ids, batch_size, bptt, **kwargs):
     """`tflm.data.lm_dataset` laid out for `strategy` (global batch `batch_size`).
 
+    No strategy (None): `tflm.data.lm_batches`, the running backend's pipeline (`tf.data`
+    on TensorFlow, a `WindowSequence` on JAX and PyTorch, which need no TensorFlow).
     One device or `MirroredStrategy`: the plain dataset (Keras splits each global batch into
     contiguous per-replica blocks, the same streams every step). `MultiWorkerMirroredStrategy`:
     Keras' automatic sharding would hand each worker every k-th *window* (or, with sharding
@@ -85,7 +87,9 @@ def lm_dataset_for(strategy, ids, batch_size, bptt, **kwargs):
     windows of its own block of streams, so worker w always carries streams
     [w B / W, (w + 1) B / W). Needs one replica per worker.
     """
-    if strategy is None or strategy.num_replicas_in_sync == 1 or not is_multi_worker(strategy):
+    if strategy is None:  # no tf.distribute: the running backend's pipeline
+        return data.lm_batches(ids, batch_size, bptt, **kwargs)
+    if strategy.num_replicas_in_sync == 1 or not is_multi_worker(strategy):
         return data.lm_dataset(ids, batch_size, bptt, **kwargs)
     replicas = strategy.num_replicas_in_sync
     if batch_size % replicas:

@@ -4,7 +4,10 @@ and Keras' TensorBoard callback made async-safe where it writes nothing per batc
 Keras 3's `TensorBoard` callback logs every scalar in the epoch logs (loss, perplexity,
 learning rate, words/s, gradient norm, averaging state) and optional weight histograms, but
 its `embeddings_freq` no longer writes a projector checkpoint; `EmbeddingProjector` does.
-TensorBoard writing goes through TensorFlow's summary API (imported lazily).
+Without TensorFlow (Keras on JAX or PyTorch on a machine that has none) the files are written
+with the `tensorboard` package alone (`tflm.event_files`): `tensorboard_callback` gives
+`EpochScalars` (the epoch logs, Keras' tags) instead of Keras' callback, and the projector
+reads the matrix from a TSV file instead of a TensorFlow checkpoint.
 """
 
 import inspect
@@ -14,6 +17,15 @@ import keras
 import numpy as np
 
 from tflm import backends
+from tflm.event_files import EventWriter
+
+
+def tensorboard_callback(log_dir, histogram_freq=0):
+    """The run's TensorBoard callback: `AsyncSafeTensorBoard` where TensorFlow is installed,
+    else `EpochScalars` (no histograms: those need TensorFlow)."""
+    if backends.tensorflow_installed():
+        return AsyncSafeTensorBoard(log_dir=str(log_dir), histogram_freq=histogram_freq)
+    return EpochScalars(log_dir)
 
 
 class EmbeddingProjector(keras.callbacks.Callback):
@@ -37,9 +49,6 @@ class EmbeddingProjector(keras.callbacks.Callback):
         self.get_matrix = get_matrix
 
     def on_epoch_end(self, epoch, logs=None):
-        import tensorflow as tf  # deferred: TensorFlow, needed only when writing
-        from tensorboard.plugins import projector  # deferred: imports TensorFlow
-
         matrix = (self.get_matrix() if self.get_matrix is not None
                   else self.model.embedding.embeddings)
         matrix = np.asarray(keras.ops.convert_to_numpy(matrix), dtype=np.float32)
@@ -51,6 +60,23 @@ class EmbeddingProjector(keras.callbacks.Callback):
             (self.log_dir / "metadata.tsv").write_text(
                 "\n".join(t if t.strip() else "<blank>" for t in self.vocabulary) + "\n",
                 encoding="utf-8")
+        if backends.tensorflow_installed():
+            self._write_checkpoint(matrix, epoch)
+        else:
+            self._write_tsv(matrix)
+
+    def _write_tsv(self, matrix):
+        """The matrix as `embedding.tsv` (one row per token, tab-separated) and a projector
+        config naming it: what the projector reads when there is no TensorFlow checkpoint."""
+        np.savetxt(self.log_dir / "embedding.tsv", matrix, fmt="%.6g", delimiter="\t")
+        (self.log_dir / "projector_config.pbtxt").write_text(
+            'embeddings {\n  tensor_name: "embedding"\n  tensor_path: "embedding.tsv"\n'
+            '  metadata_path: "metadata.tsv"\n}\n', encoding="utf-8")
+
+    def _write_checkpoint(self, matrix, epoch):
+        import tensorflow as tf  # deferred: TensorFlow, needed only when writing
+        from tensorboard.plugins import projector  # deferred: imports TensorFlow
+
         checkpoint = tf.train.Checkpoint(embedding=tf.Variable(matrix))
         # A CheckpointManager also writes the `checkpoint` state file into the logdir, where
         # the projector looks first; without one it looks in the logdir's parent, which in a
@@ -113,12 +139,55 @@ class TopPredictionsText(keras.callbacks.Callback):
         return "\n".join(rows)
 
     def on_epoch_end(self, epoch, logs=None):
-        import tensorflow as tf  # deferred: TensorFlow, needed only when writing
         if self._writer is None:
-            self._writer = tf.summary.create_file_writer(str(self.log_dir / "validation"))
-        with self._writer.as_default():
-            tf.summary.text("top_predictions", self.table(), step=epoch)
+            self._writer = EventWriter(self.log_dir / "validation")
+        self._writer.text("top_predictions", self.table(), step=epoch)
         self._writer.flush()
+
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class EpochScalars(keras.callbacks.Callback):
+    """Every number of the epoch logs as a TensorBoard scalar, without TensorFlow: the
+    training ones as `epoch_<name>` in `log_dir/train`, the `val_` ones as `epoch_<name>`
+    in `log_dir/validation`, at step = epoch, and the optimizer's `epoch_learning_rate`:
+    the tags and folders Keras' `TensorBoard` callback writes. Writes nothing per batch
+    (async-safe)."""
+
+    async_safe = True
+
+    def __init__(self, log_dir):
+        super().__init__()
+        self.log_dir = pathlib.Path(log_dir)
+        self._writers = {}
+
+    def _writer(self, name):
+        if name not in self._writers:
+            self._writers[name] = EventWriter(self.log_dir / name)
+        return self._writers[name]
+
+    def on_epoch_end(self, epoch, logs=None):
+        for key, value in (logs or {}).items():
+            try:
+                value = float(keras.ops.convert_to_numpy(value))
+            except (TypeError, ValueError):
+                continue  # not a number (Keras' logs hold numbers; a callback's may not)
+            folder, name = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
+            self._writer(folder).scalar(f"epoch_{name}", value, step=epoch)
+        rate = getattr(getattr(self.model, "optimizer", None), "learning_rate", None)
+        if rate is not None and "learning_rate" not in (logs or {}):  # as Keras' callback
+            self._writer("train").scalar("epoch_learning_rate",
+                                         float(keras.ops.convert_to_numpy(rate)), step=epoch)
+        for writer in self._writers.values():
+            writer.flush()
+
+    def on_train_end(self, logs=None):
+        for writer in self._writers.values():
+            writer.close()
+        self._writers = {}
 
 
 class AsyncSafeTensorBoard(keras.callbacks.TensorBoard):

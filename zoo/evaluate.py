@@ -69,7 +69,7 @@ def evaluate(run, split="test", batch_size=1, bptt=None, verbose=0, window=None)
         raise UserError(f"the {split} split has {len(ids)} tokens; --batch-size {batch_size} "
                         f"needs at least {2 * batch_size} (an input and a target per stream).")
     pad = pad_to_multiple(run.training)
-    ds = data.lm_dataset(ids, batch_size, window, train=False, pad_to_multiple=pad)
+    ds = data.lm_batches(ids, batch_size, window, train=False, pad_to_multiple=pad)
     start = time.perf_counter()
     logs = run.model.evaluate(ds, verbose=verbose, return_dict=True)
     seconds = time.perf_counter() - start

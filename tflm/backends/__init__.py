@@ -41,3 +41,13 @@ def current():
         else:
             _INSTANCES[name] = Backend()
     return _INSTANCES[name]
+
+
+def tensorflow_installed():
+    """Whether TensorFlow can be imported here, found without importing it (3 s and the
+    GPU's memory on a JAX or PyTorch machine). Keras on JAX or PyTorch needs none; the
+    TensorBoard callbacks then write their files with the `tensorboard` package alone."""
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except ImportError:  # a finder that refuses it (an environment that blocks TensorFlow)
+        return False

@@ -1,6 +1,8 @@
 """Corpora, vocabulary, batching into BPTT windows, and a synthetic high-rank language.
 
 `import tflm.data` does not import TensorFlow; only `lm_dataset` does, when called.
+`lm_batches` gives `lm_dataset` on TensorFlow and `WindowSequence` (a `keras.utils.PyDataset`,
+no TensorFlow needed) on JAX and PyTorch.
 
 Example:
 
@@ -45,7 +47,9 @@ __all__ = [
     "Vocabulary", "Corpus", "load_corpus", "read_corpus", "default_data_dir",
     "CorpusNotFoundError", "ChecksumError", "batchify", "window_lengths",
     "eval_window_lengths", "window_starts", "lm_windows", "lm_dataset", "num_windows",
+    "WindowSequence", "lm_batches",
     "PAD_ID", "default_pad_to_multiple", "pad_window", "pad_window_tensors", "padded_length",
     "MarkovLanguage", "markov_language", "synthetic", "download",
 ]
 from tflm.data.zipf import ZipfLanguage, zipf_language  # noqa: F401
+from tflm.data.window_sequence import WindowSequence, lm_batches  # noqa: F401

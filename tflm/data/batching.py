@@ -194,7 +194,7 @@ def eval_window_lengths(num_positions, bptt):
     return [bptt] * full + ([rest] if rest else [])
 
 
-def _streams(ids_or_streams, batch_size):
+def as_streams(ids_or_streams, batch_size):
     """1-D ids -> batchify; 2-D streams are used as they are (batch_size must match)."""
     array = np.asarray(ids_or_streams)
     if array.ndim == 1:
@@ -223,7 +223,7 @@ def _lengths(num_positions, bptt, train, seed, epoch, max_len, rule):
 def window_starts(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_len=None,
                   **rule):
     """Start positions and lengths of the windows `lm_windows` yields, as int64 arrays."""
-    streams = _streams(ids_or_streams, batch_size)
+    streams = as_streams(ids_or_streams, batch_size)
     lengths = np.asarray(_lengths(streams.shape[1] - 1, bptt, train, seed, epoch, max_len, rule),
                          dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
@@ -271,7 +271,7 @@ def lm_windows(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_
     >>> [x.shape for x, y in lm_windows(np.arange(22), 2, 4, train=False)]
     [(2, 4), (2, 4), (2, 2)]
     """
-    streams = _streams(ids_or_streams, batch_size)
+    streams = as_streams(ids_or_streams, batch_size)
     starts, lengths = window_starts(streams, batch_size, bptt, train=train, seed=seed,
                                     epoch=epoch, max_len=max_len, **rule)
     padded_length(1, pad_to_multiple)  # validates it before the first window
@@ -323,7 +323,7 @@ def lm_dataset(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_
     """
     import tensorflow as tf  # deferred: tflm.data must import without TensorFlow loaded
 
-    streams_np = _streams(ids_or_streams, batch_size)
+    streams_np = as_streams(ids_or_streams, batch_size)
     batch = streams_np.shape[0]
     num_positions = streams_np.shape[1] - 1
     streams = tf.constant(streams_np, dtype=tf.int32)

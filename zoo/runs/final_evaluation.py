@@ -46,7 +46,7 @@ def final_evaluation(best_model, corpus, training, eval_window, pad, pad_to_comp
             results["valid_perplexity"] = float(best["val_perplexity"])
             results["evaluation"]["valid_from"] = f"epoch {best['epoch']}'s validation"
             continue
-        ds = data.lm_dataset(corpus.split(split), size, window, train=False,
+        ds = data.lm_batches(corpus.split(split), size, window, train=False,
                              pad_to_multiple=pad)
         best_model.xla_evaluation = xla_pays(training.xla_evaluation, corpus.split(split),
                                              size, final_bptt)

@@ -31,15 +31,12 @@ def evaluated_epoch(run_dir, model_path):
 def log_scalars(run_dir, values, step):
     """Write `values` ({tag: number}) to `run_dir/logs/evaluation` at `step`; returns the
     folder. Tags are slash-separated groups, e.g. "dynamic_eval/test_perplexity"."""
-    # deferred: TensorFlow's summary writer, only when scalars are logged
-    import tensorflow as tf
+    # deferred: the tensorboard package, only when scalars are logged
+    from tflm.event_files import EventWriter
 
     folder = pathlib.Path(run_dir) / "logs" / EVALUATION_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    writer = tf.summary.create_file_writer(str(folder))
-    with writer.as_default():
+    with EventWriter(folder) as writer:
         for tag, value in values.items():
-            tf.summary.scalar(tag, float(value), step=int(step))
-    writer.flush()
-    writer.close()
+            writer.scalar(tag, value, step)
     return folder

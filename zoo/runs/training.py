@@ -30,7 +30,7 @@ from tflm import data, distribute
 from tflm.callbacks import (BitsPerCharacter, EpochProgbar, StopOnNaN, TrainingDiverged,
                             WordsPerSecond)
 from tflm.optimizers import averaged_weights
-from tflm.tensorboard import AsyncSafeTensorBoard, EmbeddingProjector, TopPredictionsText
+from tflm.tensorboard import EmbeddingProjector, TopPredictionsText, tensorboard_callback
 from zoo.models.saving import load_model
 from zoo.runs import checkpoint, run_outputs
 from zoo.runs.builders import (build_model, make_lr_schedule, make_optimizer, make_trigger,
@@ -236,7 +236,7 @@ class TrainingRun:
         logs = self.out / "logs"
         # Async-safe like every callback of this fit: on JAX and PyTorch, Keras then runs
         # the batch-end hooks on a worker thread and dispatches a step before the last ended
-        board = AsyncSafeTensorBoard(log_dir=str(logs), histogram_freq=self.training.histograms)
+        board = tensorboard_callback(logs, histogram_freq=self.training.histograms)
         # The trigger first (an EpochTrigger starts averaging at epoch begin), then the
         # schedule (which divides only while not averaging), both before TensorBoard.
         before = [c for c in (self.trigger, self.schedule) if c is not None]
