@@ -1,7 +1,8 @@
 """The main job on a machine without TensorFlow (issue 46): with KERAS_BACKEND=jax or torch
 and `import tensorflow` made to fail (as where it is not installed: the import raises and
 `importlib.util.find_spec` says None), `zoo.train` trains, checkpoints, saves and writes its
-TensorBoard files, and `zoo.evaluate` reproduces the run's test perplexity."""
+TensorBoard files, `zoo.evaluate` reproduces the run's test perplexity, and `zoo.dynamic_eval`,
+`zoo.cache_pointer`, `zoo.generate`, `tools.qmatrix` and `tools.rank` run."""
 
 import json
 import os
@@ -37,6 +38,16 @@ def test_train_and_evaluate_without_tensorflow(backend, tmp_path):
                            *{TINY_RUN_FLAGS!r}]) == 0
         assert evaluate.main([{str(run)!r}, "--batch-size", "10",
                               "--json", {str(tmp_path / "evaluate.json")!r}, "--quiet"]) == 0
+        from zoo import cache_pointer, dynamic_eval, generate
+        from tools import qmatrix, rank
+        assert dynamic_eval.main([{str(run)!r}, "--batch-size", "10", "--max-batches", "5",
+                                  "--quiet"]) == 0
+        assert cache_pointer.main([{str(run)!r}, "--window", "20", "--quiet"]) == 0
+        assert generate.main([{str(run)!r}, "--words", "5"]) == 0
+        q = {str(tmp_path / "q.npy")!r}
+        assert qmatrix.main([{str(run)!r}, "--corpus", "run", "--split", "test",
+                             "--max-rows", "200", "--out", q]) == 0
+        assert rank.main([q, "--json", {str(tmp_path / "ranks.json")!r}]) == 0
         assert sys.modules.get("tensorflow") is None
     """)
     env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
@@ -57,5 +68,7 @@ def test_train_and_evaluate_without_tensorflow(backend, tmp_path):
         tags[folder] = set(accumulator.Tags()["tensors"])
     assert {"epoch_loss", "epoch_perplexity", "epoch_learning_rate"} <= tags["train"]
     assert {"epoch_perplexity", "top_predictions"} <= tags["validation"]
-    assert "evaluate/test_perplexity" in tags["evaluation"]
+    assert {"evaluate/test_perplexity", "dynamic_eval/test_perplexity",
+            "cache_pointer/test_perplexity"} <= tags["evaluation"]
     assert (run / "logs" / "embedding.tsv").is_file()
+    assert json.loads((tmp_path / "ranks.json").read_text())["reports"]
