@@ -70,10 +70,13 @@ def real_position_weights(tokens):
 
 def masked_mean(values, mask):
     """Mean of `values` (batch, time, ...) over the positions where `mask` (batch, time) is
-    True, and over every trailing element; the plain mean when `mask` is None."""
+    True, and over every trailing element; the plain mean when `mask` is None. 0 where
+    there is nothing to average: TAR's pairs of a one-position window (a mean of nothing
+    would be NaN and end the run)."""
     values = ops.cast(values, "float32")
     if mask is None:
-        return ops.mean(values)
+        count = ops.sum(ops.ones_like(values))
+        return ops.sum(values) / ops.maximum(count, 1.0)
     weights = ops.cast(mask, "float32")
     per_position = 1
     for size in values.shape[2:]:

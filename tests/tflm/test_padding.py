@@ -64,6 +64,25 @@ def test_masked_mean_and_padding_mask_against_numpy():
                                   [[3, 4, 0], [5, 6, 0]])
 
 
+def test_a_one_position_window_trains_with_finite_ar_and_tar():
+    """A training pass can end in a window of one position (the last of a stream); TAR has
+    no pair of positions there and counts 0, not a mean of nothing (NaN, which ended the
+    run: found by bench.reproductions.reference_curves on a short text)."""
+    import keras
+    from keras import ops
+
+    from tflm.padding import masked_mean
+    assert float(ops.convert_to_numpy(masked_mean(np.zeros((2, 0, 3), "float32"), None))) == 0
+    from zoo import AWDLSTM
+    keras.utils.set_random_seed(0)
+    model = AWDLSTM(20, embed_dim=8, hidden_dim=8, num_layers=2, alpha=2.0, beta=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(1.0))
+    x = np.array([[3], [4]], "int32")
+    logs = model.train_on_batch(x, np.array([[5], [6]], "int32"), return_dict=True)
+    assert np.isfinite(logs["loss"]), logs
+    assert all(np.isfinite(ops.convert_to_numpy(v)).all() for v in model.trainable_variables)
+
+
 def test_doc_cv_regularizer_leaves_masked_positions_out():
     from keras import ops
 
@@ -118,7 +137,8 @@ _DOC = ('{"type": "doc", "num_components_per_layer": [0, 2, 3], '
 
 # JAX with the softmax head: its train step picks the targets' log-probabilities chunk by
 # chunk and its LSTM loops stop at the window's extent (`tflm.backends.extent_loop`).
-@pytest.mark.parametrize("backend,head", [("tensorflow", _DOC), pytest.param("jax", _DOC, marks=pytest.mark.slow),
+@pytest.mark.parametrize("backend,head", [("tensorflow", _DOC),
+                                          pytest.param("jax", _DOC, marks=pytest.mark.slow),
                                           ("torch", _DOC),
                                           ("jax", '"softmax"')])
 def test_training_on_padded_windows_equals_unpadded(backend, head):

@@ -140,7 +140,10 @@ def window_lengths(num_positions, bptt, rng, *, short_prob=0.05, std=5.0, min_le
     Rule, per window: `base = bptt` if `u < 1 - short_prob` (u ~ U[0, 1)), else `bptt / 2`;
     `T = max(min_len, int(normal(base, std)))`; `T = min(T, max_len)` if `max_len`; the last
     window is cut to the remaining positions. Each window draws `rng.random()` then
-    `rng.normal(base, std)`.
+    `rng.normal(base, std)`. (salesforce main.py's loop, `while i < L - 2`, ends instead
+    when a single position remains, so in the epochs whose remainder is one position, about
+    one in `bptt`, it trains on that position's target once less; we keep it, and a
+    one-position window's TAR counts 0: `tflm.padding.masked_mean`.)
 
     Args:
         num_positions: positions to cover: stream length - 1 (every input needs a target).

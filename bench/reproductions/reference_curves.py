@@ -1,0 +1,215 @@
+"""Learning curves against the reference code itself: `python -m zoo.train --preset P` and
+salesforce/awd-lstm-lm's `main.py` (from a checkout) on the same text, for S seeds each.
+
+    python -m bench.reproductions.reference_curves --reference ~/awd-lstm-lm \\
+        --preset awd_lstm_ptb --epochs 3 --seeds 141 142 \\
+        --train-tokens 60000 --valid-tokens 12000 --set model.embed_dim=128 --set model.hidden_dim=256
+
+Where `bench.reproductions.parity` starts our PyTorch peer from our initial weights, this runs
+the published program as its users do: its own initialisation, data loader, window lengths,
+loop and NT-ASGD switch, under `reference_launcher.py`'s two documented shims (weight drop
+in evaluation mode, `torch.load` of its own pickles) and nothing else. The preset's settings
+become main.py's flags (`reference_flags`); a setting main.py has no flag for must be its
+default, else the tool refuses. Both sides read one folder of text: the preset's corpus, its
+splits cut to whole lines of at most `--train-tokens` / `--valid-tokens` tokens (both splits
+of evaluation), with the vocabulary of the cut text in main.py's order (train, valid, test)
+as `vocab.txt`, so both models have the same output size.
+
+Each side runs once per seed; the table gives every validation perplexity, the gap between
+the two means and the seed-to-seed spread within each side (the largest of the two), and
+whether the gap is within that spread at every epoch. On a CPU at reduced size, then on a GPU
+at the preset's size (drop `--train-tokens`, `--valid-tokens` and the `--set` overrides;
+`--device gpu` runs main.py with CUDA). Writes results/reference_curves.md and .png.
+"""
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from bench.harness import REPO, publish, results_path
+from bench.reproductions.parity import figure
+
+LAUNCHER = pathlib.Path(__file__).resolve().with_name("reference_launcher.py")
+EPOCH_LINE = re.compile(r"\|\s*end of epoch\s+(\d+)\s*\|.*\|\s*valid ppl\s+([\d.]+)")
+
+# our setting -> (main.py's flag, main.py's default or None when it has none to fall back on)
+MODEL_FLAGS = {"embed_dim": ("--emsize", 400), "hidden_dim": ("--nhid", 1150),
+               "num_layers": ("--nlayers", 3), "dropout": ("--dropout", 0.4),
+               "dropout_h": ("--dropouth", 0.3), "dropout_i": ("--dropouti", 0.65),
+               "dropout_e": ("--dropoute", 0.1), "weight_dropout": ("--wdrop", 0.5),
+               "alpha": ("--alpha", 2.0), "beta": ("--beta", 1.0)}
+TRAINING_FLAGS = {"lr": ("--lr", 30.0), "clip_norm": ("--clip", 0.25),
+                  "batch_size": ("--batch_size", 80), "bptt": ("--bptt", 70),
+                  "weight_decay": ("--wdecay", 1.2e-6), "nonmono": ("--nonmono", 5)}
+# what main.py does and cannot be told otherwise
+FIXED = {("model", "tie_weights"): True,
+         ("training", "eval_batch_size"): 10, ("training", "test_batch_size"): 1,
+         ("training", "optimizer"): "asgd", ("training", "switch"): "nonmono"}
+
+
+def reference_flags(config, seed, epochs, data, save, cuda):
+    """main.py's command-line flags for the resolved preset `config` (`SystemExit` naming a
+    setting main.py cannot take)."""
+    model, training = config["model"], config["training"]
+    head = model.get("head", "softmax")
+    if (head if isinstance(head, str) else head.get("type")) != "softmax":
+        raise SystemExit("main.py trains the softmax head only; choose an AWD-LSTM softmax "
+                         "preset (MoS is zihangdai/mos's own code).")
+    for (part, key), value in FIXED.items():
+        if key in config[part] and config[part][key] != value:
+            raise SystemExit(f"{part}.{key}={config[part][key]!r}: main.py always uses {value!r}")
+    flags = ["--data", str(data), "--model", "LSTM", "--epochs", str(epochs), "--seed", str(seed),
+             "--save", str(save), "--log-interval", "100000"]
+    for part, table in (("model", MODEL_FLAGS), ("training", TRAINING_FLAGS)):
+        for key, (flag, default) in table.items():
+            flags += [flag, repr(config[part].get(key, default))]
+    if not cuda:
+        flags.append("--cuda")  # main.py's --cuda is store_false: given, it turns CUDA off
+    return flags
+
+
+def reference_curve(stdout):
+    """The validation perplexities main.py printed, epoch by epoch."""
+    found = {int(e): float(p) for e, p in EPOCH_LINE.findall(stdout)}
+    return [found[e] for e in sorted(found)]
+
+
+def cut_split(lines, max_tokens):
+    """The first whole lines of a split holding at most `max_tokens` tokens (each line's
+    words and its end of sentence); all of them for None."""
+    if max_tokens is None:
+        return lines
+    kept, count = [], 0
+    for line in lines:
+        count += len(line.split()) + 1
+        if count > max_tokens:
+            break
+        kept.append(line)
+    return kept
+
+
+def write_text(corpus_dir, out, train_tokens, valid_tokens):
+    """The cut corpus in `out` (train.txt, valid.txt, test.txt, vocab.txt); returns the
+    vocabulary size."""
+    out.mkdir(parents=True, exist_ok=True)
+    vocabulary, seen = [], set()
+    for split, limit in (("train", train_tokens), ("valid", valid_tokens),
+                         ("test", valid_tokens)):
+        source = next(corpus_dir.glob(f"*{split}.txt"))
+        lines = cut_split(source.read_text(encoding="utf-8").splitlines(), limit)
+        (out / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        for line in lines:
+            for word in [*line.split(), "<eos>"]:
+                if word not in seen:
+                    seen.add(word)
+                    vocabulary.append(word)
+    (out / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    return len(vocabulary)
+
+
+def run_reference(checkout, config, seed, epochs, data, work, cuda):
+    folder = work / f"reference-{seed}"
+    folder.mkdir(parents=True)
+    command = [sys.executable, str(LAUNCHER), str(checkout),
+               *reference_flags(config, seed, epochs, data, folder / "model.pt", cuda)]
+    proc = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+    (folder / "stdout.txt").write_text(proc.stdout + proc.stderr)
+    curve = reference_curve(proc.stdout)
+    if len(curve) < epochs:
+        raise SystemExit(f"main.py (seed {seed}) stopped after {len(curve)} of {epochs} "
+                         f"epochs; its output is in {folder / 'stdout.txt'}:\n"
+                         f"{proc.stderr[-2000:]}")
+    return curve[:epochs]
+
+
+def run_ours(preset, sets, seed, data, work):
+    out = work / f"tflm-{seed}"
+    subprocess.run([sys.executable, "-m", "zoo.train", "--preset", preset, "--seed", str(seed),
+                    "--out", str(out), "--quiet", *[a for s in sets for a in ("--set", s)]],
+                   cwd=REPO, check=True)
+    history = json.loads((out / "metrics.json").read_text())["history"]
+    return [h["val_perplexity"] for h in history]
+
+
+def table(curves, seeds, note):
+    head = " | ".join([f"tflm seed {s}" for s in seeds] + [f"reference seed {s}" for s in seeds])
+    lines = [note, "", f"| epoch | {head} | gap | spread | within |",
+             "| --- " * (2 * len(seeds) + 4) + "|"]
+    within_all = True
+    for e in range(min(len(c) for c in curves.values())):
+        ours = [curves["keras", s][e] for s in seeds]
+        theirs = [curves["peer", s][e] for s in seeds]
+        gap = abs(np.mean(ours) - np.mean(theirs))
+        spread = max(np.ptp(ours), np.ptp(theirs))
+        within_all &= bool(gap <= spread)
+        cells = " | ".join(f"{v:.1f}" for v in ours + theirs)
+        lines.append(f"| {e + 1} | {cells} | {gap:.1f} | {spread:.1f} | "
+                     f"{'yes' if gap <= spread else 'no'} |")
+    lines += ["", f"Gap within the seed spread at every epoch: {'yes' if within_all else 'no'}."]
+    return "\n".join(lines) + "\n", within_all
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--reference", required=True, type=pathlib.Path,
+                   help="a salesforce/awd-lstm-lm checkout (its main.py is run)")
+    p.add_argument("--preset", default="awd_lstm_ptb")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--seeds", type=int, nargs="+", default=[141, 142])
+    p.add_argument("--train-tokens", type=int)
+    p.add_argument("--valid-tokens", type=int)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--data-dir", default=os.environ.get("TFLM_DATA_DIR",
+                                                        str(REPO.parent / "shared" / "data")))
+    p.add_argument("--work", type=pathlib.Path, help="folder for the runs (default: a new "
+                   "temporary one)")
+    p.add_argument("--results", default=str(results_path(__file__, "reference_curves.md")))
+    p.add_argument("--figure", default=str(results_path(__file__, "reference_curves.png")))
+    args = p.parse_args(argv)
+    if len(args.seeds) < 2:
+        p.error("give at least two --seeds: the gap is read against the seed-to-seed spread")
+    if not (args.reference / "main.py").is_file():
+        p.error(f"--reference {args.reference}: no main.py there; give a "
+                "salesforce/awd-lstm-lm checkout")
+    from zoo.runs.config import resolve_config  # deferred: Keras after the arguments
+    work = args.work or pathlib.Path(tempfile.mkdtemp(prefix="reference-curves-"))
+    data = work / "text"
+    corpus_name = resolve_config(args.preset, list(args.set))["corpus"]["name"]
+    corpus_dir = pathlib.Path(args.data_dir) / {"ptb": "penn"}.get(corpus_name, corpus_name)
+    vocab_size = write_text(corpus_dir, data, args.train_tokens, args.valid_tokens)
+    sets = [*args.set, f"training.epochs={args.epochs}", f"corpus.name={data}",
+            f"corpus.vocab_size={vocab_size}"]
+    config = resolve_config(args.preset, sets)
+    start, curves = time.time(), {}
+    for seed in args.seeds:
+        curves["peer", seed] = run_reference(args.reference, config, seed, args.epochs, data,
+                                             work, args.device == "gpu")
+        print(f"reference seed {seed}: {[round(v, 1) for v in curves['peer', seed]]}", flush=True)
+        curves["keras", seed] = run_ours(args.preset, sets, seed, data, work)
+        print(f"tflm seed {seed}: {[round(v, 1) for v in curves['keras', seed]]}", flush=True)
+    commit = subprocess.run(["git", "-C", str(args.reference), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "(not a git checkout)"
+    note = (f"KERAS_BACKEND={os.environ.get('KERAS_BACKEND', 'tensorflow')}; reference "
+            f"checkout {commit} under reference_launcher.py's shims; {vocab_size} words; "
+            f"{time.time() - start:.0f} s. Validation perplexity per epoch, each side from its "
+            "own initialisation, dropout on; gap = |mean tflm - mean reference|, spread = the "
+            "largest seed-to-seed difference within one side.")
+    body, _ = table(curves, args.seeds, note)
+    figure(curves, args.figure, f"{args.preset} vs main.py, {' '.join(args.set)}")
+    publish(f"Learning curves against the reference code: {args.preset}", body, args.results)
+    print(f"figure: {args.figure}")
+    return 0 if all(math.isfinite(v) for c in curves.values() for v in c) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

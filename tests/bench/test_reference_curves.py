@@ -1,0 +1,116 @@
+"""bench.reproductions.reference_curves: the preset as main.py's flags, main.py's epoch lines
+read back, the cut text both sides read, the gap-within-spread verdict; and
+reference_launcher's weight-drop shim on a module laid out as the reference's WeightDrop."""
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from bench.reproductions import reference_curves as rc
+from zoo.runs.config import resolve_config
+
+
+def _flags(config, **kwargs):
+    flags = rc.reference_flags(config, 141, 3, "text", "m.pt", cuda=False, **kwargs)
+    return dict(zip(flags[::2], flags[1::2])), flags
+
+
+def test_the_awd_lstm_preset_is_the_readmes_main_py_command():
+    """The preset's reference command (README: --batch_size 20 --dropouti 0.4 --dropouth
+    0.25 --seed 141, the rest main.py's defaults) as flags."""
+    flags, listed = _flags(resolve_config("awd_lstm_ptb", []))
+    assert (flags["--batch_size"], flags["--dropouti"], flags["--dropouth"]) == ("20", "0.4", "0.25")
+    assert (flags["--emsize"], flags["--nhid"], flags["--nlayers"]) == ("400", "1150", "3")
+    assert (flags["--lr"], flags["--clip"], flags["--bptt"], flags["--wdecay"]) == (
+        "30.0", "0.25", "70", "1.2e-06")
+    assert (flags["--dropout"], flags["--dropoute"], flags["--wdrop"]) == ("0.4", "0.1", "0.5")
+    assert (flags["--alpha"], flags["--beta"], flags["--nonmono"]) == ("2.0", "1.0", "5")
+    assert flags["--seed"] == "141" and flags["--epochs"] == "3" and listed[-1] == "--cuda"
+
+
+def test_a_setting_main_py_cannot_take_is_refused():
+    with pytest.raises(SystemExit, match="softmax head only"):
+        _flags(resolve_config("awd_lstm_mos_ptb", []))
+    with pytest.raises(SystemExit, match="eval_batch_size=20: main.py always uses 10"):
+        _flags(resolve_config("awd_lstm_ptb", ["training.eval_batch_size=20"]))
+
+
+def test_main_py_epoch_lines_are_read_back():
+    out = ("| epoch   1 |   200/  663 batches | lr 30.00000 | ms/batch 1.00 | loss  6.50 | ppl"
+           "   665.14 | bpc    9.378\n" + "-" * 89 + "\n"
+           "| end of epoch   1 | time: 12.00s | valid loss  5.70 | valid ppl   298.87 | valid bpc"
+           "    8.223\n| end of epoch   2 | time: 12.10s | valid loss  5.30 | valid ppl   200.34"
+           " | valid bpc    7.646\n")
+    assert rc.reference_curve(out) == [298.87, 200.34]
+
+
+def test_the_text_is_cut_at_whole_lines_and_the_vocabulary_in_main_pys_order(tmp_path):
+    source = tmp_path / "penn"
+    source.mkdir()
+    (source / "ptb.train.txt").write_text(" a b\n c\n d e f\n")
+    (source / "ptb.valid.txt").write_text(" b g\n h\n")
+    (source / "ptb.test.txt").write_text(" z\n")
+    assert rc.cut_split([" a b", " c", " d e f"], 5) == [" a b", " c"]  # 3 + 2 tokens
+    assert rc.cut_split([" a b"], None) == [" a b"]
+    size = rc.write_text(source, tmp_path / "text", 5, 3)
+    assert (tmp_path / "text" / "train.txt").read_text() == " a b\n c\n"
+    assert (tmp_path / "text" / "valid.txt").read_text() == " b g\n"
+    vocab = (tmp_path / "text" / "vocab.txt").read_text().split()
+    assert vocab == ["a", "b", "<eos>", "c", "g", "z"] and size == 6
+
+
+def test_within_the_spread_only_when_the_gap_is_at_most_it():
+    curves = {("keras", 1): [100.0, 80.0], ("keras", 2): [110.0, 82.0],
+              ("peer", 1): [104.0, 90.0], ("peer", 2): [108.0, 91.0]}
+    text, within = rc.table(curves, [1, 2], "note")
+    assert not within  # epoch 2: gap 9.5 > spread 2
+    rows = [line for line in text.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert rows[0].endswith("| 1.0 | 10.0 | yes |") and rows[1].endswith("| 9.5 | 2.0 | no |")
+    curves["peer", 1][1], curves["peer", 2][1] = 81.0, 83.0
+    assert rc.table(curves, [1, 2], "note")[1]
+
+
+def test_the_launcher_shim_trains_the_raw_weight_and_evaluates_between_steps(monkeypatch):
+    """On a module laid out as the reference's WeightDrop (the raw weight registered as
+    `<name>_raw`, the LSTM's own deleted), training reaches the raw weight's gradient and an
+    evaluation pass no longer breaks the next training step (issue #79)."""
+    torch = pytest.importorskip("torch")
+    from torch.nn import Parameter
+
+    class WeightDrop(torch.nn.Module):
+        def __init__(self, module, weights, dropout=0.0):
+            super().__init__()
+            self.module, self.weights, self.dropout, self.variational = (
+                module, weights, dropout, False)
+            for name in weights:
+                data = getattr(module, name).data
+                del module._parameters[name]
+                module.register_parameter(name + "_raw", Parameter(data))
+
+        def _setweights(self):  # the unshimmed behaviour: the raw Parameter in evaluation
+            for name in self.weights:
+                raw = getattr(self.module, name + "_raw")
+                setattr(self.module, name, torch.nn.functional.dropout(
+                    raw, p=self.dropout, training=self.training))
+
+        def forward(self, *args):
+            self._setweights()
+            return self.module.forward(*args)
+
+    monkeypatch.setitem(sys.modules, "weight_drop", types.SimpleNamespace(WeightDrop=WeightDrop))
+    from bench.reproductions import reference_launcher
+    monkeypatch.setattr(torch, "load", torch.load)  # undone after the test
+    reference_launcher.apply_shims()
+    torch.manual_seed(0)
+    lstm = WeightDrop(torch.nn.LSTM(3, 4), ["weight_hh_l0"], dropout=0.5)
+    x = torch.randn(5, 2, 3)
+    for training in (True, False, True):
+        lstm.train(training)
+        out, _ = lstm(x)
+        if training:
+            out.sum().backward()
+    grad = lstm.module.weight_hh_l0_raw.grad
+    assert grad is not None and np.isfinite(grad.numpy()).all() and grad.abs().sum() > 0
+    assert "weight_hh_l0" not in dict(lstm.module.named_parameters())
