@@ -67,6 +67,11 @@ def reference_flags(config, seed, epochs, data, save, cuda):
     for (part, key), value in FIXED.items():
         if key in config[part] and config[part][key] != value:
             raise SystemExit(f"{part}.{key}={config[part][key]!r}: main.py always uses {value!r}")
+    for key in ("partial_shuffle", "fixed_windows", "max_seq_len", "when"):
+        if training.get(key):
+            raise SystemExit(f"training.{key}={training[key]!r}: main.py has no such setting "
+                             "(its windows are random, uncapped, from fixed streams; no --when "
+                             "in this tool)")
     flags = ["--data", str(data), "--model", "LSTM", "--epochs", str(epochs), "--seed", str(seed),
              "--save", str(save), "--log-interval", "100000"]
     for part, table in (("model", MODEL_FLAGS), ("training", TRAINING_FLAGS)):
