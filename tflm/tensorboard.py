@@ -32,7 +32,8 @@ class EmbeddingProjector(keras.callbacks.Callback):
     """Write the embedding matrix with the vocabulary as projector metadata, every epoch.
 
     Files in `log_dir`: `embedding-<epoch>.*` (a `tf.train.Checkpoint` holding the matrix,
-    the last epoch's only) and its `checkpoint` state file, `metadata.tsv` (one token per line, in id order), `projector_config.pbtxt` (naming the
+    the last epoch's only; without TensorFlow, `embedding.tsv` instead) and its `checkpoint`
+    state file, `metadata.tsv` (one token per line, in id order), `projector_config.pbtxt` (naming the
     checkpoint by its absolute path, so `tensorboard --logdir` works from any directory; the
     metadata path is relative to the logdir, as the projector resolves it).
 

@@ -283,7 +283,10 @@ def _run(args):
     try:
         atomic_files.write_text(out, text)
     except OSError as err:
-        raise atomic_files.write_failed(out, err, "nothing was replaced") from None
+        sys.stdout.write(text)  # the words are not lost with the file
+        sys.stdout.flush()
+        raise atomic_files.write_failed(out, err, "the text is printed above; an earlier file "
+                                        "of that name is whole") from None
 
 
 if __name__ == "__main__":
