@@ -67,7 +67,8 @@ def test_within_the_spread_only_when_the_gap_is_at_most_it():
     text, within = rc.table(curves, [1, 2], "note")
     assert not within  # epoch 2: gap 9.5 > spread 2
     rows = [line for line in text.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
-    assert rows[0].endswith("| 1.0 | 10.0 | yes |") and rows[1].endswith("| 9.5 | 2.0 | no |")
+    assert rows[0].endswith("| 1.0 | 10.0 | yes | 2/4 |")  # 100 < 104, 108; 110 < neither
+    assert rows[1].endswith("| 9.5 | 2.0 | no | 4/4 |")
     curves["peer", 1][1], curves["peer", 2][1] = 81.0, 83.0
     assert rc.table(curves, [1, 2], "note")[1]
 
