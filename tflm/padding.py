@@ -75,8 +75,10 @@ def masked_mean(values, mask):
     would be NaN and end the run)."""
     values = ops.cast(values, "float32")
     if mask is None:
-        count = ops.sum(ops.ones_like(values))
-        return ops.sum(values) / ops.maximum(count, 1.0)
+        count = 1
+        for size in ops.shape(values):  # ints, or dynamic sizes on TensorFlow
+            count = count * size
+        return ops.sum(values) / ops.maximum(ops.cast(count, "float32"), 1.0)
     weights = ops.cast(mask, "float32")
     per_position = 1
     for size in values.shape[2:]:

@@ -32,7 +32,6 @@ CLI:
 import argparse
 import dataclasses
 import math
-import sys
 import time
 
 import numpy as np
@@ -41,7 +40,7 @@ from zoo.errors import UserError
 from zoo.runs import atomic_files
 from zoo.runtime.command import imports_done, run_command, start_command
 from zoo.runtime.progress import verbosity
-from zoo.runtime.user_errors import check_output_file, one_line_errors
+from zoo.runtime.user_errors import one_line_errors
 
 # pointer.py's argparse defaults (its WT2 values).
 DEFAULTS = {"window": 3785, "theta": 0.6625523432485668, "lambdasm": 0.12785920428335693,
@@ -179,25 +178,16 @@ def main(argv=None):
     imports_done()
     # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.run_scalars import evaluated_epoch, log_scalars
-    from zoo.runs.saved_run import open_run, vocabulary_note
+    from zoo.runs.saved_run import open_for_command
     prog = "zoo.cache_pointer"
-    try:
-        if args.json:  # before the passes, not after them
-            check_output_file(args.json, "--json")
-        run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir)
-        note = vocabulary_note(run, prog)
-        if note:
-            print(note, file=sys.stderr)
-        if not hasattr(run.model, "head_log_probs"):
-            raise UserError(f"{run.model_path}: the cache pointer needs a zoo AWD-LSTM "
-                            "model (its last layer's outputs).")
-        settings = settings_for(run, {"window": args.window, "theta": args.theta,
-                                      "lambdasm": args.lambdasm, "bptt": args.bptt})
-        result = evaluate_with_pointer(run.model, run.corpus.split(args.split), settings,
-                                       progress=not args.quiet)
-    except UserError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
+    run = open_for_command(args, prog)  # --json checked before the passes
+    if not hasattr(run.model, "head_log_probs"):
+        raise UserError(f"{run.model_path}: the cache pointer needs a zoo AWD-LSTM "
+                        "model (its last layer's outputs).")
+    settings = settings_for(run, {"window": args.window, "theta": args.theta,
+                                  "lambdasm": args.lambdasm, "bptt": args.bptt})
+    result = evaluate_with_pointer(run.model, run.corpus.split(args.split), settings,
+                                   progress=not args.quiet)
     result.update(split=args.split, model=str(run.model_path), corpus=run.corpus.name,
                   settings=dataclasses.asdict(settings))
     print(f"{args.split} perplexity with the cache pointer: {result['perplexity']:.2f} "

@@ -64,7 +64,7 @@ from zoo.errors import UserError
 from zoo.runs import atomic_files
 from zoo.runtime.command import imports_done, run_command, start_command
 from zoo.runtime.progress import verbosity
-from zoo.runtime.user_errors import check_output_file, one_line_errors
+from zoo.runtime.user_errors import one_line_errors
 
 DEFAULTS = {"lamb": 0.02, "lr": 0.002, "epsilon": 0.001, "batch_size": 100, "bptt": 5,
             "scaling": "old"}
@@ -293,37 +293,28 @@ def main(argv=None):
     imports_done()
     # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.run_scalars import evaluated_epoch, log_scalars
-    from zoo.runs.saved_run import open_run, vocabulary_note
+    from zoo.runs.saved_run import open_for_command
     prog = "zoo.dynamic_eval"
-    try:
-        if args.json:  # before the passes, not after them
-            check_output_file(args.json, "--json")
-        run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir)
-        note = vocabulary_note(run, prog)
-        if note:
-            print(note, file=sys.stderr)
-        settings = settings_for(run, {"lamb": args.lamb, "lr": args.lr,
-                                      "epsilon": args.epsilon, "scaling": args.scaling,
-                                      "batch_size": args.batch_size, "bptt": args.bptt,
-                                      "max_batches": args.max_batches})
-        train = run.corpus.split("train")
-        if len(train) < 2 * settings.batch_size:
-            raise UserError(f"the training split has {len(train)} tokens; the statistics "
-                            f"pass needs at least {2 * settings.batch_size} (--batch-size "
-                            f"{settings.batch_size}).")
-        progress = not args.quiet
-        if progress:
-            print(f"{prog}: gradient statistics on the training split "
-                  f"(batch {settings.batch_size}, bptt {settings.bptt})", file=sys.stderr)
-        stats = gradient_statistics(run.model, train, settings, progress=progress)
-        if progress:
-            print(f"{prog}: dynamic evaluation of {args.split} (batch 1, bptt "
-                  f"{settings.bptt})", file=sys.stderr)
-        result = dynamic_evaluate(run.model, run.corpus.split(args.split), settings, stats,
-                                  progress=progress)
-    except UserError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
+    run = open_for_command(args, prog)  # --json checked before the passes
+    settings = settings_for(run, {"lamb": args.lamb, "lr": args.lr,
+                                  "epsilon": args.epsilon, "scaling": args.scaling,
+                                  "batch_size": args.batch_size, "bptt": args.bptt,
+                                  "max_batches": args.max_batches})
+    train = run.corpus.split("train")
+    if len(train) < 2 * settings.batch_size:
+        raise UserError(f"the training split has {len(train)} tokens; the statistics "
+                        f"pass needs at least {2 * settings.batch_size} (--batch-size "
+                        f"{settings.batch_size}).")
+    progress = not args.quiet
+    if progress:
+        print(f"{prog}: gradient statistics on the training split "
+              f"(batch {settings.batch_size}, bptt {settings.bptt})", file=sys.stderr)
+    stats = gradient_statistics(run.model, train, settings, progress=progress)
+    if progress:
+        print(f"{prog}: dynamic evaluation of {args.split} (batch 1, bptt "
+              f"{settings.bptt})", file=sys.stderr)
+    result = dynamic_evaluate(run.model, run.corpus.split(args.split), settings, stats,
+                              progress=progress)
     result.update(split=args.split, model=str(run.model_path), corpus=run.corpus.name,
                   settings=dataclasses.asdict(settings), statistics_windows=stats.num_batches,
                   parameter_tensors=len(stats.ms))

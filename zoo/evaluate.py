@@ -27,14 +27,13 @@ Other evaluations of a saved model: `python -m zoo.dynamic_eval` (dynamic evalua
 import argparse
 import json
 import math
-import sys
 import time
 
 from zoo.errors import UserError
 from zoo.runs import atomic_files
 from zoo.runtime import progress
 from zoo.runtime.command import imports_done, run_command, start_command
-from zoo.runtime.user_errors import check_output_file, one_line_errors
+from zoo.runtime.user_errors import one_line_errors
 
 EVALUATIONS_FILE = "evaluations.json"
 
@@ -95,14 +94,12 @@ def record(run, result):
         except ValueError:
             path = path.with_name(f"evaluations-{int(time.time())}.json")
     entries.append(result)
-    try:
+    kept = (f"the {len(entries) - 1} earlier evaluations in it are intact" if path.exists()
+            else "no earlier evaluation was lost")
+    with atomic_files.failing_in_one_line(path, kept, "the result is the line above; free "
+                                          "space (or make the folder writable) and evaluate "
+                                          "again to record it"):
         atomic_files.write_json(path, entries)
-    except OSError as err:
-        kept = (f"the {len(entries) - 1} earlier evaluations in it are intact"
-                if path.exists() else "no earlier evaluation was lost")
-        raise atomic_files.write_failed(path, err, kept, "the result is the line above; "
-                                        "free space (or make the folder writable) and "
-                                        "evaluate again to record it") from err
     return path
 
 
@@ -139,31 +136,18 @@ def main(argv=None):
     imports_done()  # the frameworks' objects: no full GC walks them
     # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.run_scalars import evaluated_epoch, log_scalars
-    from zoo.runs.saved_run import open_run, vocabulary_note
+    from zoo.runs.saved_run import open_for_command
     prog = "zoo.evaluate"
-    try:
-        if args.json:  # before the pass, not after it
-            check_output_file(args.json, "--json")
-        run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir)
-        note = vocabulary_note(run, prog)
-        if note:
-            print(note, file=sys.stderr)
-        result = evaluate(run, args.split, args.batch_size, args.bptt,
-                          verbose=0 if args.quiet else progress.verbosity(),
-                          window=args.window)
-    except UserError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
+    run = open_for_command(args, prog)  # --json checked before the passes
+    result = evaluate(run, args.split, args.batch_size, args.bptt,
+                      verbose=0 if args.quiet else progress.verbosity(),
+                      window=args.window)
     bpc = f"{args.split} bpc {result['bpc']:.3f}, " if "bpc" in result else ""
     print(f"{bpc}{args.split} perplexity {result['perplexity']:.2f} (batch {result['batch_size']}, "
           f"bptt {result['bptt']}, {result['tokens']} tokens, "
           f"{result['words_per_second']:.0f} words/s) of {run.model_path}")
     if run.config is not None:
-        try:
-            record(run, result)
-        except UserError as err:  # the result is printed above: not lost
-            print(f"{prog}: error: {err}", file=sys.stderr)
-            return 2
+        record(run, result)  # a failed write is one line; the result is printed above
         log_scalars(run.run_dir, {f"evaluate/{args.split}_perplexity": result["perplexity"]},
                     evaluated_epoch(run.run_dir, run.model_path))
     if args.json:

@@ -237,11 +237,7 @@ def main(argv=None):
     start_command()
     args = _parser().parse_args(argv)
     imports_done()
-    try:
-        _run(args)
-    except UserError as err:
-        print(f"zoo.generate: error: {err}", file=sys.stderr)
-        return 2
+    _run(args)  # a UserError is one line (one_line_errors)
     return 0
 
 

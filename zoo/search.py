@@ -200,12 +200,9 @@ def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), dat
              + (f" of {epochs} epoch{'s' * (epochs != 1)}" if epochs else ""))
     table = summary_table(rows, title)
     print(table)
-    try:
+    with atomic_files.failing_in_one_line(out / "summary.md", "the table is printed above "
+                                          "and every trial's run folder is whole"):
         atomic_files.write_text(out / "summary.md", table)
-    except OSError as err:
-        raise atomic_files.write_failed(out / "summary.md", err,
-                                        "the table is printed above and every trial's run "
-                                        "folder is whole") from None
     return rows
 
 

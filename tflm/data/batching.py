@@ -279,9 +279,16 @@ def lm_windows(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_
                                     epoch=epoch, max_len=max_len, **rule)
     padded_length(1, pad_to_multiple)  # validates it before the first window
     for start, length in zip(starts.tolist(), lengths.tolist()):
-        yield pad_window(np.ascontiguousarray(streams[:, start:start + length]),
-                         np.ascontiguousarray(streams[:, start + 1:start + 1 + length]),
-                         pad_to_multiple)
+        yield cut_window(streams, start, length, pad_to_multiple)
+
+
+def cut_window(streams, start, length, pad_to_multiple=1):
+    """The window (x, y) at `start` of `length` positions of `streams` (B, L):
+    `x = streams[:, start:start + length]`, y one position on, contiguous, padded as
+    `pad_window` pads."""
+    return pad_window(np.ascontiguousarray(streams[:, start:start + length]),
+                      np.ascontiguousarray(streams[:, start + 1:start + 1 + length]),
+                      pad_to_multiple)
 
 
 def lm_dataset(ids_or_streams, batch_size, bptt, *, train, seed=0, epoch=0, max_len=None,

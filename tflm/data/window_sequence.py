@@ -4,8 +4,8 @@ Keras on JAX or PyTorch runs where TensorFlow is not installed (the usual GPU im
 `lm_dataset`'s `tf.data` pipeline cannot be built. `WindowSequence` yields the same windows
 as `lm_windows` and `lm_dataset` (with an int `epoch`) for the same arguments, window i of a
 pass being `streams[:, s_i:s_i + T_i]` and its targets one position on, from (s_i, T_i) of
-`window_starts`, padded as `pad_window` pads; `len()` is the pass's number of windows, so
-`fit` knows its steps. Keras' `PyDataset` (not a generator of our own) because its data
+`window_starts`, cut by `cut_window` as `lm_windows` cuts them; `len()` is the pass's number
+of windows, so `fit` knows its steps. Keras' `PyDataset` (not a generator of our own) because its data
 adapter is the one every backend's `fit` / `evaluate` iterates natively; here it runs in the
 calling thread (no workers): slicing a window costs microseconds.
 
@@ -20,9 +20,8 @@ Example:
 """
 
 import keras
-import numpy as np
 
-from tflm.data.batching import as_streams, lm_dataset, pad_window, window_starts
+from tflm.data.batching import as_streams, cut_window, lm_dataset, window_starts
 
 
 class WindowSequence(keras.utils.PyDataset):
@@ -50,9 +49,7 @@ class WindowSequence(keras.utils.PyDataset):
     def __getitem__(self, index):
         if not 0 <= index < len(self):
             raise IndexError(f"window {index} of a pass of {len(self)}")
-        start, length = int(self.starts[index]), int(self.lengths[index])
-        return pad_window(np.ascontiguousarray(self.streams[:, start:start + length]),
-                          np.ascontiguousarray(self.streams[:, start + 1:start + 1 + length]),
+        return cut_window(self.streams, int(self.starts[index]), int(self.lengths[index]),
                           self.pad_to_multiple)
 
 

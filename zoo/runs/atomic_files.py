@@ -106,13 +106,21 @@ def write_json(path, value, indent=2):
     write_text(path, json.dumps(value, indent=indent))
 
 
+@contextlib.contextmanager
+def failing_in_one_line(path, kept, todo=None):
+    """Within the block, an `OSError` (a failed write of `path`) becomes `write_failed`'s
+    one-line `WriteError` saying what was kept and what to do."""
+    try:
+        yield
+    except OSError as err:
+        raise write_failed(path, err, kept, todo) from None
+
+
 def write_result_json(path, value, kept="the figures are printed above"):
     """`write_json` for a command's result file (`--json`): a failed write is the one-line
     `WriteError` saying what was kept (`kept`)."""
-    try:
+    with failing_in_one_line(path, kept):
         write_json(path, value)
-    except OSError as err:
-        raise write_failed(path, err, kept) from None
 
 
 def save_model(model, path):

@@ -161,9 +161,10 @@ def _unreadable(path, what, reason):
                            "checkpoint.")
 
 
-def _check_zip(path, what, size=None):
+def _check_zip(path, what, size=None, members=True):
     """`CheckpointError` unless `path` is a whole zip file (`.keras`, `.npz`) of `size`
-    bytes (when recorded) whose members all match their CRCs."""
+    bytes (when recorded) whose members all match their CRCs (`members`: False checks the
+    archive's directory only, for a file `check_checkpoint` has read whole already)."""
     if not path.is_file():
         raise CheckpointError(f"the checkpoint's {what} {path} is missing; the run cannot "
                               "be resumed from this checkpoint.")
@@ -172,7 +173,7 @@ def _check_zip(path, what, size=None):
         raise _unreadable(path, what, f"{actual} bytes, the checkpoint recorded {size}")
     if not zipfile.is_zipfile(path):
         raise _unreadable(path, what, "not a complete zip file")
-    problem = zip_problem(path)
+    problem = zip_problem(path) if members else None
     if problem is not None:
         raise _unreadable(path, what, problem)
 
@@ -301,8 +302,9 @@ def load_checkpoint(run_dir, expected_fingerprint):
 
 def _load_checkpoint_model(path):
     """The model of a checkpoint; `CheckpointError` naming `path` when it is missing, or not
-    a whole `.keras` (zip) file: Keras reports such a file as "File not found"."""
-    _check_zip(path, "model file")
+    a whole `.keras` (zip) file: Keras reports such a file as "File not found". Its members'
+    CRCs are not read again: `--resume` checked the checkpoint whole (`recover`) before."""
+    _check_zip(path, "model file", members=False)
     try:
         return load_model(path)
     except (zipfile.BadZipFile, zlib.error, EOFError) as err:

@@ -43,12 +43,10 @@ def prepare_run_dir(out, config, vocabulary, lock):
     for name, write in (("config.json", lambda path: atomic_files.write_json(path, config)),
                         ("vocab.txt", lambda path: atomic_files.write_text(
                             path, "\n".join(vocabulary) + "\n"))):
-        try:
+        with atomic_files.failing_in_one_line(
+                out / name, "the run did not start, so nothing of it is kept",
+                "make the folder writable (or free space), then start it again"):
             write(out / name)
-        except OSError as err:
-            raise atomic_files.write_failed(
-                out / name, err, "the run did not start, so nothing of it is kept",
-                "make the folder writable (or free space), then start it again") from err
 
 
 class NewRunDir:

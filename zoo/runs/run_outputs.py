@@ -37,7 +37,7 @@ def save_best(model, out, previous_epoch):
     """Save `model` as `out/best.keras`; `previous_epoch` is the epoch of the best.keras it
     replaces (None when there is none)."""
     path = pathlib.Path(out) / "best.keras"
-    with failing_as_one_line(path, previous_epoch):
+    with failing_with_what_is_kept(path, previous_epoch):
         atomic_files.save_model(model, path)
 
 
@@ -55,7 +55,7 @@ def save_checkpoint(out, model, state):
 def save_final(model, out, best_epoch):
     """Save `model` as `out/final.keras` (after the last epoch)."""
     path = pathlib.Path(out) / "final.keras"
-    with failing_as_one_line(path, best_epoch):
+    with failing_with_what_is_kept(path, best_epoch):
         atomic_files.save_model(model, path)
 
 
@@ -76,12 +76,12 @@ def write_metrics(out, results):
 def rewrite_config(out, config, best_epoch):
     """Rewrite `out/config.json` (a resume's new --epochs)."""
     path = pathlib.Path(out) / "config.json"
-    with failing_as_one_line(path, best_epoch):
+    with failing_with_what_is_kept(path, best_epoch):
         atomic_files.write_json(path, config)
 
 
 @contextlib.contextmanager
-def failing_as_one_line(path, best_epoch):
+def failing_with_what_is_kept(path, best_epoch):
     """Within the block, an `OSError` writing `path` becomes `failed(path, ...)`."""
     try:
         yield

@@ -16,6 +16,7 @@ model's (`zoo.models.vocabulary`) before anything is computed.
 import dataclasses
 import json
 import pathlib
+import sys
 
 from tflm.data import CorpusNotFoundError
 from zoo.errors import UserError
@@ -23,6 +24,7 @@ from zoo.models.saving import load_model_file
 from zoo.models.vocabulary import VOCAB_FILE, check_model_vocabulary, saved_vocabulary
 from zoo.runs.corpora import load_data
 from zoo.runs.settings import RunSettings, TrainingSettings
+from zoo.runtime.user_errors import check_output_file
 
 MODEL_FILE = "best.keras"
 CONFIG_FILE = "config.json"
@@ -124,6 +126,20 @@ def open_run(target, corpus=None, data_dir=None, need_corpus=True):
     run.corpus = loaded
     if run.vocabulary is None:
         run.vocabulary = list(loaded.vocabulary)
+    return run
+
+
+def open_for_command(args, prog):
+    """What an evaluation command (`zoo.evaluate`, `zoo.dynamic_eval`, `zoo.cache_pointer`)
+    does first: check that its `--json` file can be written (before the passes, not after
+    them), open `args.target` on its `--corpus` / `--data-dir` (`open_run`) and print the
+    vocabulary warning, if any, to stderr. Returns the run."""
+    if args.json:
+        check_output_file(args.json, "--json")
+    run = open_run(args.target, corpus=args.corpus, data_dir=args.data_dir)
+    note = vocabulary_note(run, prog)
+    if note:
+        print(note, file=sys.stderr)
     return run
 
 
