@@ -272,12 +272,20 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         model does not scale), the factor of its training step
         (`tflm.backends.gradients.process_gradients`).
 
-        T is the window's real length. The references scale by the length they drew, which
-        is the real one except for the last window of an epoch, cut short by the end of the
-        data (`get_batch`'s min(seq_len, len - 1 - i)): there they step with the drawn
-        length's larger rate. We use the real length, so every token of an epoch gets the
-        same rate; the difference touches one window per epoch (the drawn length is not part
-        of the data a step receives)."""
+        T is the window's real length. The references (salesforce/awd-lstm-lm and
+        zihangdai/mos `main.py`) scale by the length they drew, which is the real one except
+        for the last window of an epoch, cut short by the end of the data (`get_batch`'s
+        min(seq_len, len - 1 - i)): there they step with the drawn length's larger rate,
+        on the few positions left, just before the epoch's validation. We use the real
+        length, so every token of an epoch gets the same rate (the drawn length is not part
+        of the data a step receives). Measured with main.py's own model and step
+        (`bench/reproductions/last_window_step.py`, a reduced AWD-LSTM after 3 epochs): its
+        rule raised the validation perplexity after that step by 11 / 20 / 32 % with 30 / 10
+        / 3 positions left, ours moved it by -2 to -7 %. That is the difference between our
+        early validation curves and main.py's (ours lower, main.py's wider spread:
+        `bench/reproductions/results/reference_curves.md`); it also makes main.py's
+        non-monotonic switch to averaging see noisier validations. Each preset that follows
+        those scripts states it under "deviations"."""
         if not self.scale_by_window:
             return 1.0
         real = ops.sum(real_position_weights(x)) / ops.cast(ops.shape(x)[0], "float32")

@@ -1,19 +1,31 @@
 """Learning curves against the reference code itself: `python -m zoo.train --preset P` and
-salesforce/awd-lstm-lm's `main.py` (from a checkout) on the same text, for S seeds each.
+the reference's own `main.py` (from a checkout) on the same text, for S seeds each: for a
+softmax preset salesforce/awd-lstm-lm's, for a mixture-of-softmaxes preset zihangdai/mos's.
 
     python -m bench.reproductions.reference_curves --reference ~/awd-lstm-lm \\
         --preset awd_lstm_ptb --epochs 3 --seeds 141 142 \\
         --train-tokens 60000 --valid-tokens 12000 --set model.embed_dim=128 --set model.hidden_dim=256
+    python -m bench.reproductions.reference_curves --reference ~/mos --preset awd_lstm_mos_ptb ...
 
 Where `bench.reproductions.parity` starts our PyTorch peer from our initial weights, this runs
 the published program as its users do: its own initialisation, data loader, window lengths,
 loop and NT-ASGD switch, under `reference_launcher.py`'s two documented shims (weight drop
 in evaluation mode, `torch.load` of its own pickles) and nothing else. The preset's settings
 become main.py's flags (`reference_flags`); a setting main.py has no flag for must be its
-default, else the tool refuses. Both sides read one folder of text: the preset's corpus, its
+default, else the tool refuses. zihangdai/mos's main.py runs with the same shims (its
+weight_drop.py is salesforce's) from a folder holding links to its main.py and model.py
+(it copies them into its run folder); its test pass after training calls `.cuda()`
+unconditionally, so on a CPU it stops there, after its last validation (what this tool
+reads). Both sides read one folder of text: the preset's corpus, its
 splits cut to whole lines of at most `--train-tokens` / `--valid-tokens` tokens (both splits
 of evaluation), with the vocabulary of the cut text in main.py's order (train, valid, test)
 as `vocab.txt`, so both models have the same output size.
+
+`--same-init`: both sides of a seed start from the same weights, ours (zoo.train's
+initialisation at that seed, passed to zoo.train as `--init-from` and to main.py as the
+model its `--resume` loads; `reference_launcher.py --initial-model`), so the seed-to-seed
+spread is that of the training's random paths (dropout masks, window lengths) alone and a
+difference between the sides is one of training, not of initialisation.
 
 Each side runs once per seed; the table gives every validation perplexity, the gap between
 the two means and the seed-to-seed spread within each side (the largest of the two), and
@@ -32,16 +44,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 import numpy as np
 
 from bench.harness import REPO, publish, results_path
 from bench.reproductions.parity import figure
+from tflm.testing.reference_peer import peer_to_keras_names
 
 LAUNCHER = pathlib.Path(__file__).resolve().with_name("reference_launcher.py")
 EPOCH_LINE = re.compile(r"\|\s*end of epoch\s+(\d+)\s*\|.*\|\s*valid ppl\s+([\d.]+)")
 
-# our setting -> (main.py's flag, main.py's default or None when it has none to fall back on)
+# our setting -> (main.py's flag, main.py's default); salesforce/awd-lstm-lm's main.py
 MODEL_FLAGS = {"embed_dim": ("--emsize", 400), "hidden_dim": ("--nhid", 1150),
                "num_layers": ("--nlayers", 3), "dropout": ("--dropout", 0.4),
                "dropout_h": ("--dropouth", 0.3), "dropout_i": ("--dropouti", 0.65),
@@ -50,33 +64,73 @@ MODEL_FLAGS = {"embed_dim": ("--emsize", 400), "hidden_dim": ("--nhid", 1150),
 TRAINING_FLAGS = {"lr": ("--lr", 30.0), "clip_norm": ("--clip", 0.25),
                   "batch_size": ("--batch_size", 80), "bptt": ("--bptt", 70),
                   "weight_decay": ("--wdecay", 1.2e-6), "nonmono": ("--nonmono", 5)}
+# zihangdai/mos's main.py: the same flags (other defaults) and the mixture's
+MOS_MODEL_FLAGS = {**MODEL_FLAGS, "last_dim": ("--nhidlast", -1),
+                   "alpha": ("--alpha", 2), "beta": ("--beta", 1)}
+MOS_HEAD_FLAGS = {"num_experts": ("--n_experts", 10), "latent_dropout": ("--dropoutl", -0.2)}
+MOS_TRAINING_FLAGS = {**TRAINING_FLAGS, "batch_size": ("--batch_size", 20)}
 # what main.py does and cannot be told otherwise
 FIXED = {("model", "tie_weights"): True,
          ("training", "eval_batch_size"): 10, ("training", "test_batch_size"): 1,
          ("training", "optimizer"): "asgd", ("training", "switch"): "nonmono"}
 
 
+def head_type(config):
+    head = config["model"].get("head", "softmax")
+    return head if isinstance(head, str) else head.get("type", "softmax")
+
+
+def reference_program(config):
+    """"salesforce" (salesforce/awd-lstm-lm's main.py: the softmax head) or "mos"
+    (zihangdai/mos's main.py: the mixture of softmaxes), else `SystemExit`."""
+    kind = {"softmax": "salesforce", "mos": "mos"}.get(head_type(config))
+    if kind is None:
+        raise SystemExit(f"head {head_type(config)!r}: this tool runs salesforce/awd-lstm-lm's "
+                         "main.py (softmax) or zihangdai/mos's (mos) only")
+    return kind
+
+
+def check_checkout(checkout, program):
+    """`SystemExit` unless `checkout` holds the main.py of `program`."""
+    main = pathlib.Path(checkout) / "main.py"
+    if not main.is_file():
+        raise SystemExit(f"--reference {checkout}: no main.py there")
+    if ("n_experts" in main.read_text(encoding="utf-8")) != (program == "mos"):
+        want = {"salesforce": "salesforce/awd-lstm-lm", "mos": "zihangdai/mos"}[program]
+        raise SystemExit(f"--reference {checkout}: this preset's reference is {want}'s "
+                         "main.py; give a checkout of it")
+
+
 def reference_flags(config, seed, epochs, data, save, cuda):
     """main.py's command-line flags for the resolved preset `config` (`SystemExit` naming a
     setting main.py cannot take)."""
     model, training = config["model"], config["training"]
-    head = model.get("head", "softmax")
-    if (head if isinstance(head, str) else head.get("type")) != "softmax":
-        raise SystemExit("main.py trains the softmax head only; choose an AWD-LSTM softmax "
-                         "preset (MoS is zihangdai/mos's own code).")
+    program = reference_program(config)
     for (part, key), value in FIXED.items():
         if key in config[part] and config[part][key] != value:
             raise SystemExit(f"{part}.{key}={config[part][key]!r}: main.py always uses {value!r}")
-    for key in ("partial_shuffle", "fixed_windows", "max_seq_len", "when"):
+    unsupported = ("partial_shuffle", "fixed_windows", "when")
+    if program == "salesforce":
+        unsupported += ("max_seq_len",)
+    for key in unsupported:
         if training.get(key):
             raise SystemExit(f"training.{key}={training[key]!r}: main.py has no such setting "
-                             "(its windows are random, uncapped, from fixed streams; no --when "
-                             "in this tool)")
+                             "(its windows are random, from fixed streams; no --when in this "
+                             "tool; salesforce's are uncapped)")
     flags = ["--data", str(data), "--model", "LSTM", "--epochs", str(epochs), "--seed", str(seed),
              "--save", str(save), "--log-interval", "100000"]
-    for part, table in (("model", MODEL_FLAGS), ("training", TRAINING_FLAGS)):
+    tables = ((model, MODEL_FLAGS), (training, TRAINING_FLAGS))
+    if program == "mos":
+        head = model["head"] if isinstance(model["head"], dict) else {}
+        tables = ((model, MOS_MODEL_FLAGS), (head, MOS_HEAD_FLAGS), (training, MOS_TRAINING_FLAGS))
+        if training.get("max_seq_len"):
+            flags += ["--max_seq_len_delta", str(int(training["max_seq_len"]) - int(
+                training.get("bptt", 70)))]
+    for part, table in tables:
         for key, (flag, default) in table.items():
-            flags += [flag, repr(config[part].get(key, default))]
+            flags += [flag, repr(part.get(key, default))]
+    if program == "mos":
+        flags.append("--single_gpu")  # one process: its nn.DataParallel is for several GPUs
     if not cuda:
         flags.append("--cuda")  # main.py's --cuda is store_false: given, it turns CUDA off
     return flags
@@ -121,14 +175,76 @@ def write_text(corpus_dir, out, train_tokens, valid_tokens):
     return len(vocabulary)
 
 
-def run_reference(checkout, config, seed, epochs, data, work, cuda):
+def salesforce_names(num_layers):
+    """{main.py's `RNNModel` parameter name: (Keras variable path suffix, transpose?)}: our
+    PyTorch peer's names (`reference_peer.peer_to_keras_names`) as the checkout holds them,
+    each LSTM inside its `WeightDrop` with the recurrent matrix as `weight_hh_l0_raw`."""
+    peer = types.SimpleNamespace(rnns=[None] * num_layers, head="softmax")
+    names = {}
+    for name, target in peer_to_keras_names(peer).items():
+        layer = re.fullmatch(r"rnns\.(\d+)\.(\w+)", name)
+        if layer:
+            raw = "_raw" if layer[2] == "weight_hh_l0" else ""
+            name = f"rnns.{layer[1]}.module.{layer[2]}{raw}"
+        names[name] = target
+    return names
+
+
+def salesforce_arrays(model):
+    """{main.py's parameter name: array} of a zoo AWD-LSTM softmax model's weights."""
+    values = {v.path.split("/", 1)[1]: np.asarray(v.numpy()) for v in model.weights}
+    arrays = {}
+    for name, (suffix, transpose) in salesforce_names(model.backbone.num_layers).items():
+        (value,) = [v for k, v in values.items() if k.endswith(suffix)]
+        arrays[name] = value.T if transpose else value
+    return arrays
+
+
+def reference_constructor(config, vocab_size):
+    """main.py's `RNNModel` arguments for the resolved preset `config`."""
+    flags = dict(zip(*[iter(reference_flags(config, 0, 1, "-", "-", cuda=True))] * 2))
+    return {"rnn_type": "LSTM", "ntoken": int(vocab_size), "ninp": int(flags["--emsize"]),
+            "nhid": int(flags["--nhid"]), "nlayers": int(flags["--nlayers"]),
+            "dropout": float(flags["--dropout"]), "dropouth": float(flags["--dropouth"]),
+            "dropouti": float(flags["--dropouti"]), "dropoute": float(flags["--dropoute"]),
+            "wdrop": float(flags["--wdrop"]), "tie_weights": True}
+
+
+def write_same_init(checkout, config, seed, vocab_size, folder):
+    """Our initial model at `seed` as `folder`/init.keras (zoo.train's `--init-from`) and,
+    the same weights, as main.py's `--resume` file init.pt. Returns both paths."""
+    from zoo.runs.builders import build_model  # deferred: Keras only when asked for
+    from zoo.runs.settings import RunSettings
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = json.loads(json.dumps(config))
+    config["training"]["seed"] = seed
+    model = build_model(RunSettings.from_config(config), vocab_size)
+    model.build((None, None))
+    keras_path, torch_path = folder / "init.keras", folder / "init.pt"
+    model.save(keras_path)
+    np.savez(folder / "init.npz", **salesforce_arrays(model))
+    (folder / "init.json").write_text(json.dumps(reference_constructor(config, vocab_size)))
+    subprocess.run([sys.executable, str(LAUNCHER), str(checkout), "--initial-model",
+                    str(torch_path), str(folder / "init.npz"), str(folder / "init.json")],
+                   cwd=folder, check=True)
+    return keras_path, torch_path
+
+
+def run_reference(checkout, config, seed, epochs, data, work, cuda, resume=None):
     folder = work / f"reference-{seed}"
     folder.mkdir(parents=True)
+    if reference_program(config) == "mos":  # it copies main.py and model.py from its folder
+        for name in ("main.py", "model.py"):
+            (folder / name).symlink_to(pathlib.Path(checkout).resolve() / name)
     command = [sys.executable, str(LAUNCHER), str(checkout),
-               *reference_flags(config, seed, epochs, data, folder / "model.pt", cuda)]
+               *reference_flags(config, seed, epochs, data, folder / "model.pt", cuda),
+               *(["--resume", str(resume)] if resume else [])]
     proc = subprocess.run(command, cwd=folder, capture_output=True, text=True)
     (folder / "stdout.txt").write_text(proc.stdout + proc.stderr)
     curve = reference_curve(proc.stdout)
+    # zihangdai/mos's main.py ends with `.cuda()` for its test pass, which fails on a CPU
+    # after the last epoch's validation: the curve is whole, the exit status is not read
     if len(curve) < epochs:
         raise SystemExit(f"main.py (seed {seed}) stopped after {len(curve)} of {epochs} "
                          f"epochs; its output is in {folder / 'stdout.txt'}:\n"
@@ -136,10 +252,11 @@ def run_reference(checkout, config, seed, epochs, data, work, cuda):
     return curve[:epochs]
 
 
-def run_ours(preset, sets, seed, data, work):
+def run_ours(preset, sets, seed, data, work, init_from=None):
     out = work / f"tflm-{seed}"
     subprocess.run([sys.executable, "-m", "zoo.train", "--preset", preset, "--seed", str(seed),
-                    "--out", str(out), "--quiet", *[a for s in sets for a in ("--set", s)]],
+                    "--out", str(out), "--quiet", *[a for s in sets for a in ("--set", s)],
+                    *(["--init-from", str(init_from)] if init_from else [])],
                    cwd=REPO, check=True)
     history = json.loads((out / "metrics.json").read_text())["history"]
     return [h["val_perplexity"] for h in history]
@@ -170,7 +287,8 @@ def table(curves, seeds, note):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--reference", required=True, type=pathlib.Path,
-                   help="a salesforce/awd-lstm-lm checkout (its main.py is run)")
+                   help="a checkout of the preset's reference (salesforce/awd-lstm-lm or "
+                   "zihangdai/mos): its main.py is run")
     p.add_argument("--preset", default="awd_lstm_ptb")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--seeds", type=int, nargs="+", default=[141, 142])
@@ -178,6 +296,8 @@ def main(argv=None):
     p.add_argument("--valid-tokens", type=int)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--same-init", action="store_true",
+                   help="start both sides of a seed from our initial weights at that seed")
     p.add_argument("--data-dir", default=os.environ.get("TFLM_DATA_DIR",
                                                         str(REPO.parent / "shared" / "data")))
     p.add_argument("--work", type=pathlib.Path, help="folder for the runs (default: a new "
@@ -187,10 +307,12 @@ def main(argv=None):
     args = p.parse_args(argv)
     if len(args.seeds) < 2:
         p.error("give at least two --seeds: the gap is read against the seed-to-seed spread")
-    if not (args.reference / "main.py").is_file():
-        p.error(f"--reference {args.reference}: no main.py there; give a "
-                "salesforce/awd-lstm-lm checkout")
     from zoo.runs.config import resolve_config  # deferred: Keras after the arguments
+    program = reference_program(resolve_config(args.preset, list(args.set)))
+    check_checkout(args.reference, program)
+    if args.same_init and program != "salesforce":
+        p.error("--same-init starts salesforce's main.py only (through its --resume); "
+                "zihangdai/mos's main.py has no such flag")
     work = args.work or pathlib.Path(tempfile.mkdtemp(prefix="reference-curves-"))
     data = work / "text"
     corpus_name = resolve_config(args.preset, list(args.set))["corpus"]["name"]
@@ -201,17 +323,23 @@ def main(argv=None):
     config = resolve_config(args.preset, sets)
     start, curves = time.time(), {}
     for seed in args.seeds:
+        keras_init = torch_init = None
+        if args.same_init:
+            keras_init, torch_init = write_same_init(args.reference, config, seed, vocab_size,
+                                                     work / f"init-{seed}")
         curves["peer", seed] = run_reference(args.reference, config, seed, args.epochs, data,
-                                             work, args.device == "gpu")
+                                             work, args.device == "gpu", resume=torch_init)
         print(f"reference seed {seed}: {[round(v, 1) for v in curves['peer', seed]]}", flush=True)
-        curves["keras", seed] = run_ours(args.preset, sets, seed, data, work)
+        curves["keras", seed] = run_ours(args.preset, sets, seed, data, work, keras_init)
         print(f"tflm seed {seed}: {[round(v, 1) for v in curves['keras', seed]]}", flush=True)
     commit = subprocess.run(["git", "-C", str(args.reference), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or "(not a git checkout)"
     note = (f"KERAS_BACKEND={os.environ.get('KERAS_BACKEND', 'tensorflow')}; reference "
             f"checkout {commit} under reference_launcher.py's shims; {vocab_size} words; "
-            f"{time.time() - start:.0f} s. Validation perplexity per epoch, each side from its "
-            "own initialisation, dropout on; gap = |mean tflm - mean reference|, spread = the "
+            f"{time.time() - start:.0f} s. Validation perplexity per epoch, "
+            + ("both sides of a seed from our initial weights at that seed (--same-init)"
+               if args.same_init else "each side from its own initialisation")
+            + ", dropout on; gap = |mean tflm - mean reference|, spread = the "
             "largest seed-to-seed difference within one side.")
     body, _ = table(curves, args.seeds, note)
     figure(curves, args.figure, f"{args.preset} vs main.py, {' '.join(args.set)}")

@@ -14,12 +14,20 @@ documented shims and nothing else changed:
    the default, which refuses them; the shim passes `weights_only=False` as earlier
    releases did.
 
+`--initial-model OUT.pt WEIGHTS.npz CONSTRUCTOR.json` (after CHECKOUT) writes instead the file
+main.py's `--resume` reads (`[model, criterion, optimizer]`: the checkout's own `RNNModel`,
+built with the JSON's arguments, its parameters set from the arrays, named as
+`named_parameters()` names them; no criterion, so main.py makes its own; an SGD optimizer,
+whose learning rate main.py overwrites and which it replaces before training), so that
+main.py starts from given weights: `reference_curves --same-init`.
+
 The process runs from the caller's working folder (main.py writes its corpus cache and
 model there), with the checkout first on `sys.path` so its `data`, `model`, `utils`,
 `splitcross` and `weight_drop` modules are the ones imported.
 """
 
 import functools
+import json
 import pathlib
 import runpy
 import sys
@@ -43,12 +51,56 @@ def apply_shims():
     torch.load = functools.partial(torch.load, weights_only=False)
 
 
-def main(argv):
-    checkout = pathlib.Path(argv[0]).resolve()
+def reference_model(weights, constructor):
+    """The checkout's `RNNModel(**constructor)` with its parameters set from `weights`
+    ({`named_parameters()` name: array}, each of them)."""
+    import numpy as np
+    import torch
+    import model as reference_module  # the checkout's module
+
+    net = reference_module.RNNModel(**constructor)
+    params = dict(net.named_parameters())
+    if set(params) != set(weights):
+        raise SystemExit(f"the arrays name {sorted(weights)}, main.py's model has "
+                         f"{sorted(params)}")
+    with torch.no_grad():
+        for name, value in weights.items():
+            if tuple(params[name].shape) != tuple(np.shape(value)):
+                raise SystemExit(f"{name} has shape {np.shape(value)}, main.py's model "
+                                 f"{tuple(params[name].shape)}")
+            params[name].copy_(torch.as_tensor(np.asarray(value, dtype=np.float32)))
+    return net
+
+
+def write_initial_model(out, weights, constructor):
+    """main.py's `--resume` file at `out`: `reference_model(weights, constructor)`."""
+    import torch
+
+    net = reference_model(weights, constructor)
+    with open(out, "wb") as f:
+        torch.save([net, None, torch.optim.SGD(net.parameters(), lr=1.0)], f)
+
+
+def use_checkout(checkout):
+    """Make the checkout's modules (`model`, `splitcross`, `weight_drop`, ...) importable in
+    this process, first on `sys.path`, with the shims applied. Returns its resolved path."""
+    checkout = pathlib.Path(checkout).resolve()
     if not (checkout / "main.py").is_file():
         raise SystemExit(f"{checkout}: not a salesforce/awd-lstm-lm checkout (no main.py)")
     sys.path.insert(0, str(checkout))
     apply_shims()
+    return checkout
+
+
+def main(argv):
+    checkout = use_checkout(argv[0])
+    if argv[1:2] == ["--initial-model"]:
+        import numpy as np
+        out, arrays, constructor = argv[2:5]
+        with np.load(arrays) as loaded:
+            weights = dict(loaded)
+        write_initial_model(out, weights, json.loads(pathlib.Path(constructor).read_text()))
+        return
     sys.argv = [str(checkout / "main.py"), *argv[1:]]
     runpy.run_path(str(checkout / "main.py"), run_name="__main__")
 

@@ -30,9 +30,33 @@ def test_the_awd_lstm_preset_is_the_readmes_main_py_command():
     assert flags["--seed"] == "141" and flags["--epochs"] == "3" and listed[-1] == "--cuda"
 
 
+def test_the_mos_preset_is_zihangdai_mos_readme_command():
+    """MoS' README: --dropouti 0.4 --dropoutl 0.29 --dropouth 0.225 --seed 28 --batch_size 12
+    --lr 20.0 --nhid 960 --nhidlast 620 --emsize 280 --n_experts 15 --single_gpu, its
+    windows capped at bptt + max_seq_len_delta (40, its default)."""
+    config = resolve_config("awd_lstm_mos_ptb", [])
+    assert rc.reference_program(config) == "mos"
+    flags, listed = _flags(config)
+    assert (flags["--dropouti"], flags["--dropoutl"], flags["--dropouth"]) == (
+        "0.4", "0.29", "0.225")
+    assert (flags["--batch_size"], flags["--lr"], flags["--n_experts"]) == ("12", "20.0", "15")
+    assert (flags["--nhid"], flags["--nhidlast"], flags["--emsize"]) == ("960", "620", "280")
+    assert flags["--max_seq_len_delta"] == "40" and "--single_gpu" in listed
+
+
+def test_a_checkout_of_the_other_reference_is_refused(tmp_path):
+    (tmp_path / "main.py").write_text("parser.add_argument('--n_experts')\n")
+    with pytest.raises(SystemExit, match="salesforce/awd-lstm-lm's main.py"):
+        rc.check_checkout(tmp_path, "salesforce")
+    rc.check_checkout(tmp_path, "mos")
+
+
 def test_a_setting_main_py_cannot_take_is_refused():
-    with pytest.raises(SystemExit, match="softmax head only"):
-        _flags(resolve_config("awd_lstm_mos_ptb", []))
+    with pytest.raises(SystemExit, match="salesforce/awd-lstm-lm's main.py .softmax. or "
+                                         "zihangdai/mos's .mos. only"):
+        _flags(resolve_config("awd_lstm_doc_ptb", []))
+    with pytest.raises(SystemExit, match="training.max_seq_len=90: main.py has no such"):
+        _flags(resolve_config("awd_lstm_ptb", ["training.max_seq_len=90"]))
     with pytest.raises(SystemExit, match="eval_batch_size=20: main.py always uses 10"):
         _flags(resolve_config("awd_lstm_ptb", ["training.eval_batch_size=20"]))
 
@@ -73,11 +97,9 @@ def test_within_the_spread_only_when_the_gap_is_at_most_it():
     assert rc.table(curves, [1, 2], "note")[1]
 
 
-def test_the_launcher_shim_trains_the_raw_weight_and_evaluates_between_steps(monkeypatch):
-    """On a module laid out as the reference's WeightDrop (the raw weight registered as
-    `<name>_raw`, the LSTM's own deleted), training reaches the raw weight's gradient and an
-    evaluation pass no longer breaks the next training step (issue #79)."""
-    torch = pytest.importorskip("torch")
+def reference_weight_drop():
+    """A module laid out as the reference's WeightDrop (weight_drop.py)."""
+    import torch
     from torch.nn import Parameter
 
     class WeightDrop(torch.nn.Module):
@@ -100,6 +122,16 @@ def test_the_launcher_shim_trains_the_raw_weight_and_evaluates_between_steps(mon
             self._setweights()
             return self.module.forward(*args)
 
+
+    return WeightDrop
+
+
+def test_the_launcher_shim_trains_the_raw_weight_and_evaluates_between_steps(monkeypatch):
+    """On a module laid out as the reference's WeightDrop (the raw weight registered as
+    `<name>_raw`, the LSTM's own deleted), training reaches the raw weight's gradient and an
+    evaluation pass no longer breaks the next training step (issue #79)."""
+    torch = pytest.importorskip("torch")
+    WeightDrop = reference_weight_drop()
     monkeypatch.setitem(sys.modules, "weight_drop", types.SimpleNamespace(WeightDrop=WeightDrop))
     from bench.reproductions import reference_launcher
     monkeypatch.setattr(torch, "load", torch.load)  # undone after the test
@@ -115,3 +147,48 @@ def test_the_launcher_shim_trains_the_raw_weight_and_evaluates_between_steps(mon
     grad = lstm.module.weight_hh_l0_raw.grad
     assert grad is not None and np.isfinite(grad.numpy()).all() and grad.abs().sum() > 0
     assert "weight_hh_l0" not in dict(lstm.module.named_parameters())
+
+
+def test_our_weights_reach_main_pys_model_under_its_names(monkeypatch):
+    """`salesforce_arrays` + `reference_constructor` + the launcher's `reference_model` on a
+    model laid out as main.py's `RNNModel` (encoder, WeightDrop-wrapped LSTMs whose
+    recurrent matrix is `weight_hh_l0_raw`, the decoder tied): every parameter is named,
+    shaped and valued as our model's (kernels transposed)."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    WeightDrop = reference_weight_drop()
+
+    class RNNModel(nn.Module):  # model.py's layout, the LSTM branch
+        def __init__(self, rnn_type, ntoken, ninp, nhid, nlayers, dropout, dropouth, dropouti,
+                     dropoute, wdrop, tie_weights):
+            super().__init__()
+            assert rnn_type == "LSTM" and tie_weights
+            self.encoder = nn.Embedding(ntoken, ninp)
+            self.rnns = nn.ModuleList([WeightDrop(nn.LSTM(
+                ninp if l == 0 else nhid, nhid if l != nlayers - 1 else ninp),
+                ["weight_hh_l0"], dropout=wdrop) for l in range(nlayers)])
+            self.decoder = nn.Linear(nhid if nlayers == 1 else ninp, ntoken)
+            self.decoder.weight = self.encoder.weight
+
+    monkeypatch.setitem(sys.modules, "model", types.SimpleNamespace(RNNModel=RNNModel))
+    from bench.reproductions.reference_launcher import reference_model
+    from zoo.runs.builders import build_model
+    from zoo.runs.settings import RunSettings
+
+    config = resolve_config("awd_lstm_ptb", ["model.embed_dim=4", "model.hidden_dim=6"])
+    ours = build_model(RunSettings.from_config(config), 11)
+    ours.build((None, None))
+    net = reference_model(rc.salesforce_arrays(ours), rc.reference_constructor(config, 11))
+    params = dict(net.named_parameters())
+    assert len(params) == 2 + 4 * 3
+    np.testing.assert_array_equal(params["encoder.weight"].detach().numpy(),
+                                  ours.backbone.embedding.embeddings.numpy())
+    for l, lstm in enumerate(ours.backbone.lstms):
+        np.testing.assert_array_equal(
+            params[f"rnns.{l}.module.weight_hh_l0_raw"].detach().numpy(),
+            lstm.cell.recurrent_kernel.numpy().T)
+        np.testing.assert_array_equal(params[f"rnns.{l}.module.bias_hh_l0"].detach().numpy(),
+                                      lstm.recurrent_bias.numpy())
+    with pytest.raises(SystemExit, match="the arrays name"):
+        reference_model({"encoder.weight": np.zeros((11, 4))}, rc.reference_constructor(config, 11))

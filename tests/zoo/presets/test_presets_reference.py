@@ -61,3 +61,18 @@ def test_command_line_tool_reports_every_preset(capsys):
     assert reference.main([]) == 0
     printed = capsys.readouterr().out
     assert printed.count("matches its reference") == len(REPRODUCTIONS)
+
+
+def test_every_preset_of_a_random_window_script_states_the_last_window_rate():
+    """The presets that follow salesforce/awd-lstm-lm's main.py or a script made from it
+    (random window lengths, lr x drawn length / bptt) state under "deviations" that an
+    epoch's last, cut window trains at the rate of its real length here; the TensorFlow
+    tutorial's presets (fixed windows) have no such window."""
+    stating = {}
+    for name in REPRODUCTIONS:
+        preset = load_preset(name)
+        random_windows = not preset.get("training", {}).get("fixed_windows")
+        stating[name] = (random_windows, "last window" in preset.get("deviations", ""))
+    assert {name for name, (random, states) in stating.items() if random != states} == set()
+    assert stating["awd_lstm_ptb"] == stating["awd_lstm_mos_ptb"] == (True, True)
+    assert stating["zaremba_small_ptb"] == (False, False)
