@@ -10,11 +10,14 @@
     zoo.transfer_weights(src, model)  a pre-trained model's weights into one with another head
 
 `python -m zoo.train` trains a preset. `import zoo` is cheap: the names above import Keras
-and the model code when first used (so load saved models with `zoo.load_model`, or after
-using any of them: `keras.saving.load_model` needs zoo's classes registered).
+and the model code when first used. After `import zoo`, `keras.saving.load_model` rebuilds
+saved zoo models (`zoo.models.keras_registration`: zoo's names are known to Keras from the
+moment Keras is imported).
 """
 
 import importlib
+
+from zoo.models.keras_registration import register_when_keras_loads
 
 _EXPORTS = {
     "AWDLSTM": "zoo.models.awd_lstm.awd_lstm_lm",
@@ -31,6 +34,8 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
+
+register_when_keras_loads()
 
 
 def __getattr__(name):

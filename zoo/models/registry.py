@@ -14,6 +14,11 @@ from zoo.errors import ConfigError
 MODEL_KINDS = {"awd_lstm": ("zoo.models.awd_lstm.awd_lstm_lm", "AWDLSTM"),
                "zaremba": ("zoo.models.zaremba.zaremba_lm", "ZarembaLSTM")}
 DEFAULT_KIND = "awd_lstm"
+# every class zoo registers with Keras serialization ("zoo>NAME") -> its module
+SERIALIZABLE = {"AWDLSTM": "zoo.models.awd_lstm.awd_lstm_lm",
+                "AWDLSTMBackbone": "zoo.models.awd_lstm.awd_lstm_backbone",
+                "ZarembaLSTM": "zoo.models.zaremba.zaremba_lm",
+                "ZarembaBackbone": "zoo.models.zaremba.zaremba_backbone"}
 
 
 def model_class(kind=DEFAULT_KIND):
@@ -26,7 +31,8 @@ def model_class(kind=DEFAULT_KIND):
 
 
 def register_all():
-    """Import every family's module, which registers its classes (and tflm's layers) with
-    Keras' serialization: what `keras.saving.load_model` needs to rebuild a zoo model."""
-    for kind in MODEL_KINDS:
-        model_class(kind)
+    """Import every module of `SERIALIZABLE`, which registers its classes (and tflm's
+    layers) with Keras' serialization: what `keras.saving.load_model` needs to rebuild a
+    zoo model."""
+    for module in sorted(set(SERIALIZABLE.values())):
+        importlib.import_module(module)
