@@ -12,6 +12,7 @@ reads the matrix from a TSV file instead of a TensorFlow checkpoint.
 
 import inspect
 import pathlib
+import shutil
 
 import keras
 import numpy as np
@@ -37,17 +38,27 @@ class EmbeddingProjector(keras.callbacks.Callback):
     checkpoint by its absolute path, so `tensorboard --logdir` works from any directory; the
     metadata path is relative to the logdir, as the projector resolves it).
 
+    The projector also lists every run folder below `log_dir` (`train/`, `validation/`, as
+    Keras' TensorBoard callback writes them) with the checkpoint it finds in the folder's
+    parent, this one, and opens the first: without a config of its own such a run shows the
+    matrix without its words. So each folder of `runs` gets the same config and a copy of
+    `metadata.tsv` (the projector reads no file outside a config's folder): whichever run
+    the projector opens, the words are there.
+
     Args:
         log_dir: the run's TensorBoard directory.
         vocabulary: tokens in id order (any iterable of str).
         get_matrix: callable returning the (V, d) matrix; default: `model.embedding.embeddings`.
+        runs: the run folders below `log_dir` that scalars are (or will be) written to.
+            Default: Keras' ("train", "validation").
     """
 
-    def __init__(self, log_dir, vocabulary, get_matrix=None):
+    def __init__(self, log_dir, vocabulary, get_matrix=None, runs=("train", "validation")):
         super().__init__()
         self.log_dir = pathlib.Path(log_dir)
         self.vocabulary = [str(t) for t in vocabulary]
         self.get_matrix = get_matrix
+        self.runs = tuple(runs)
 
     def on_epoch_end(self, epoch, logs=None):
         matrix = (self.get_matrix() if self.get_matrix is not None
@@ -93,6 +104,12 @@ class EmbeddingProjector(keras.callbacks.Callback):
         entry.tensor_name = "embedding/.ATTRIBUTES/VARIABLE_VALUE"
         entry.metadata_path = "metadata.tsv"
         projector.visualize_embeddings(str(self.log_dir), config)
+        for run in self.runs:  # the projector reads no file outside a config's folder
+            folder = self.log_dir / run
+            if not (folder / "metadata.tsv").exists():
+                folder.mkdir(exist_ok=True)
+                shutil.copyfile(self.log_dir / "metadata.tsv", folder / "metadata.tsv")
+            projector.visualize_embeddings(str(folder), config)
 
 
 class TopPredictionsText(keras.callbacks.Callback):

@@ -10,6 +10,7 @@ import urllib.request
 
 import numpy as np
 
+from tflm.event_files import EventWriter
 from tflm.tensorboard import EmbeddingProjector
 
 TENSOR = "embedding/.ATTRIBUTES/VARIABLE_VALUE"
@@ -41,12 +42,19 @@ def _wait_for_runs(port, server, deadline):
 
 
 def test_projector_lists_the_run_with_shape_and_metadata_from_any_directory(tmp_path):
+    """Every run the projector lists shows the words (issue 43): the scalar runs beside the
+    embedding (train, validation, evaluation, as `zoo.train` and `zoo.evaluate` write them)
+    list its checkpoint too, and the projector opens the first of them."""
     run = tmp_path / "run"
     (run / "checkpoint").mkdir(parents=True)  # a zoo run's epoch checkpoint folder
     (run / "checkpoint" / "model.keras").write_bytes(b"not a TF checkpoint state file")
+    for name in ("train", "validation", "evaluation"):
+        with EventWriter(run / "logs" / name) as events:
+            events.scalar("epoch_perplexity", 100.0, 0)
     words = [f"w{i}" for i in range(30)]
     matrix = np.random.default_rng(0).normal(size=(30, 6)).astype("float32")
-    projector = EmbeddingProjector(run / "logs", words, get_matrix=lambda: matrix)
+    projector = EmbeddingProjector(run / "logs", words, get_matrix=lambda: matrix,
+                                   runs=("train", "validation", "evaluation"))
     projector.on_epoch_end(0)
     projector.on_epoch_end(1)  # a later epoch replaces the first
     elsewhere = tmp_path / "elsewhere"
@@ -58,12 +66,13 @@ def test_projector_lists_the_run_with_shape_and_metadata_from_any_directory(tmp_
         cwd=elsewhere, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         runs = _wait_for_runs(port, server, time.time() + 120)
-        assert runs == ["."], runs
-        info = json.loads(_get(port, "/data/plugin/projector/info?run=."))
-        [embedding] = info["embeddings"]
-        assert embedding["tensorName"] == TENSOR and embedding["tensorShape"] == [30, 6]
-        metadata = _get(port, f"/data/plugin/projector/metadata?run=.&name={TENSOR}")
-        assert metadata.splitlines() == words
+        assert sorted(runs) == [".", "evaluation", "train", "validation"], runs
+        for listed in runs:
+            info = json.loads(_get(port, f"/data/plugin/projector/info?run={listed}"))
+            [embedding] = info["embeddings"]
+            assert embedding["tensorName"] == TENSOR and embedding["tensorShape"] == [30, 6]
+            metadata = _get(port, f"/data/plugin/projector/metadata?run={listed}&name={TENSOR}")
+            assert metadata.splitlines() == words, listed
         raw = urllib.request.urlopen(
             f"http://127.0.0.1:{port}/data/plugin/projector/tensor?run=.&name={TENSOR}",
             timeout=30).read()

@@ -66,6 +66,9 @@ def test_main_job_end_to_end(tmp_path, capsys):
         "embedding/.ATTRIBUTES/VARIABLE_VALUE")
     assert matrix.shape == (40, 8)
     assert len((logs / "metadata.tsv").read_text().splitlines()) == 40
+    for listed in ("train", "validation", "evaluation"):  # each run the projector lists: words
+        assert "metadata.tsv" in (logs / listed / "projector_config.pbtxt").read_text()
+        assert (logs / listed / "metadata.tsv").read_text() == (logs / "metadata.tsv").read_text()
     # The best model reproduces the reported validation perplexity.
     import keras
     from tflm import data

@@ -8,6 +8,7 @@
     transfer.py             a pre-trained model's weights into one with another head
     vocabulary.py           a saved model's vocabulary checked against a corpus
     saving.py               load_model: a saved zoo model (.keras)
+    keras_registration.py   zoo's names known to Keras from its import (`import zoo`)
 
 A new family is a folder here with `<family>_backbone.py` and `<family>_lm.py`, and its
 name in `registry.MODEL_KINDS`. Nothing is imported here, so `import zoo.models.registry`

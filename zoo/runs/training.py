@@ -44,6 +44,7 @@ from zoo.runs.phase_timer import PhaseTimer
 from zoo.runs.resume import recover_run, resume_config
 from zoo.runs.run_dir import NewRunDir, prepare_run_dir
 from zoo.runs.run_lock import RunLock
+from zoo.runs.run_scalars import EVALUATION_DIR
 from zoo.runs.settings import RunSettings
 from zoo.runtime import allocator, compilation_cache, interrupt, progress, python_gc, xla_flags
 
@@ -242,7 +243,8 @@ class TrainingRun:
         before = [c for c in (self.trigger, self.schedule) if c is not None]
         if getattr(self.corpus, "level", "word") == "char":  # bpc / val_bpc in the logs
             before.append(BitsPerCharacter())
-        after = [EmbeddingProjector(logs, self.vocabulary),
+        after = [EmbeddingProjector(logs, self.vocabulary,
+                                    runs=("train", "validation", EVALUATION_DIR)),
                  TopPredictionsText(logs, fixed_contexts(self.corpus.valid), self.vocabulary)]
         bar = [EpochProgbar(self.training.epochs)] if self.verbose == 1 else []
         return [speed, *before, board, *after, *bar]
