@@ -59,8 +59,8 @@ def build_parser():
                         "initialisation)")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue a killed run from its last epoch checkpoint, with its own "
-                        "configuration (only --epochs, --data-dir, --strategy, --quiet may "
-                        "be given with it)")
+                        "configuration (only --epochs, --data-dir, --strategy, "
+                        "--export-preset, --quiet may be given with it)")
     p.add_argument("--finetune", metavar="RUN_DIR",
                    help="finetune the averaged best model of RUN_DIR (restart averaging, stop "
                         "on the non-monotonic rule); writes into --out")
@@ -70,6 +70,10 @@ def build_parser():
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any preset field, e.g. --set model.dropout=0.3 (repeatable; "
                         "values are JSON when they parse as JSON)")
+    p.add_argument("--export-preset", metavar="DIR", dest="export_preset",
+                   help="also write the best model as a preset folder in KerasHub's layout "
+                        "(config, weights, vocabulary, metadata with the run's provenance); "
+                        "load it with zoo.AWDLSTM.from_preset(DIR)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar: one short line per epoch (loss, perplexity, valid "
                         "perplexity, seconds)")
@@ -180,6 +184,7 @@ def main(argv=None):
     args = out = None
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, for a preset
         out = output_dir(args)
         return _main(args, out)
     except KeyboardInterrupt:
@@ -216,7 +221,8 @@ def _main(args, out):
     from zoo.runs.config import resolve_config
     from zoo.models.heads import head_names
     from zoo.models.saving import check_model_file
-    from zoo.runs.resume import refuse_fixed_flags
+    from zoo.runs.preset_export import check_target as check_export_target
+    from zoo.runs.resume import is_finished, refuse_fixed_flags
     from zoo.runs.training import run
     imports_done()  # the frameworks' objects: no full GC walks them
     try:
@@ -225,6 +231,8 @@ def _main(args, out):
                             f"{', '.join(head_names())}.")
         if args.resume:
             refuse_fixed_flags(args)
+            if args.export_preset and is_finished(args.resume, args.epochs):
+                return _export(args, args.resume)  # nothing to train: the preset folder only
             config = None
         elif args.finetune:
             config = finetune_config(args)
@@ -238,6 +246,8 @@ def _main(args, out):
             check_model_file(args.init_from, "--init-from")
         if not args.resume:
             check_output_dir(out, "--out")
+        if args.export_preset:
+            check_export_target(args.export_preset)
         results = run(config, out, data_dir=args.data_dir, init_from=args.init_from,
                       verbose=2 if args.quiet else 1, resume=bool(args.resume),
                       strategy_name=args.strategy, finetune_from=args.finetune,
@@ -249,6 +259,20 @@ def _main(args, out):
         return 2 if not isinstance(err, TrainingDiverged) else 3
     print(summary_table(results))
     print(f"outputs in {out}")
+    return _export(args, out) if args.export_preset else 0
+
+
+def _export(args, out):
+    """`--export-preset`: the best model of the run in `out` as a preset folder."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
+    from zoo.runs.atomic_files import failing_in_one_line
+    from zoo.runs.preset_export import export_run
+    with failing_in_one_line(args.export_preset, f"the run's outputs in {out}",
+                             f"rerun with --resume {out} --export-preset DIR"):
+        family = export_run(out, args.export_preset,
+                            command=shlex.join(["python", "-m", "zoo.train", *args.argv]))
+    print(f"preset folder: {args.export_preset} (load it with "
+          f"zoo.{family}.from_preset({str(args.export_preset)!r}))")
     return 0
 
 

@@ -6,6 +6,7 @@ from keras import ops
 from tflm import backends
 from tflm.language_model import LanguageModel
 from tflm.layers.head import head_from_config
+from zoo.models import preset_folder
 from zoo.models.heads import make_head
 
 
@@ -20,6 +21,34 @@ class BackboneHeadModel(LanguageModel):
     `layer_sizes()`. A subclass builds both in its constructor (the head with
     `_build_head`) and may add training losses in `_add_training_losses`.
     """
+
+    # ---- presets, the KerasHub way ---------------------------------------------------------
+    def save_to_preset(self, preset_dir, vocabulary=None, metadata=None):
+        """Write this model as a preset folder in KerasHub's layout (config.json,
+        model.weights.h5, tokenizer.json with assets/tokenizer/vocabulary.txt, metadata.json:
+        `zoo.models.preset_folder`), whole or not at all. `vocabulary`: the words in id
+        order (default: `self.vocabulary`, which `from_preset` sets); `metadata`: more
+        entries for metadata.json (`python -m zoo.train --export-preset` records the run's
+        provenance there). Returns the folder's path."""
+        return preset_folder.save_to_preset(self, preset_dir, vocabulary, metadata)
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """The model of `preset`, as KerasHub's `from_preset`:
+
+        - a preset folder (`save_to_preset`, `python -m zoo.train --export-preset`): rebuilt
+          with its weights (unless `load_weights=False`), `model.vocabulary` (its words, in
+          id order) and `model.preset_metadata` (its metadata.json);
+        - a zoo preset name (`zoo.list_presets()`): that preset's model, untrained (the
+          preset names its sizes, not weights).
+
+        `kwargs` replace configuration entries (`zoo.AWDLSTM.from_preset("awd_lstm_ptb",
+        hidden_dim=200)`). A preset of another family is refused (load it with its class).
+        Hub handles (kaggle://, hf://) need their download first."""
+        preset_folder.check_preset_name(preset)
+        if preset_folder.is_preset_folder(preset):
+            return preset_folder.load_preset_folder(preset, cls, load_weights, **kwargs)
+        return preset_folder.build_named_preset(cls, preset, **kwargs)
 
     @property
     def embedding(self):

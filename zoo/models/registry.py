@@ -9,11 +9,11 @@ registry costs no Keras import (`import zoo` stays cheap).
 import importlib
 
 from zoo.errors import ConfigError
+from zoo.models.kinds import DEFAULT_KIND
 
 # model.kind -> (module, class)
 MODEL_KINDS = {"awd_lstm": ("zoo.models.awd_lstm.awd_lstm_lm", "AWDLSTM"),
                "zaremba": ("zoo.models.zaremba.zaremba_lm", "ZarembaLSTM")}
-DEFAULT_KIND = "awd_lstm"
 # every class zoo registers with Keras serialization ("zoo>NAME") -> its module
 SERIALIZABLE = {"AWDLSTM": "zoo.models.awd_lstm.awd_lstm_lm",
                 "AWDLSTMBackbone": "zoo.models.awd_lstm.awd_lstm_backbone",

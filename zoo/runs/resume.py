@@ -43,7 +43,8 @@ def refuse_fixed_flags(args):
         raise UserError(
             f"--resume {args.resume} continues that run with its own configuration, so "
             f"{', '.join(given)} cannot be given with it (only --epochs, --data-dir, "
-            "--strategy and --quiet can); to train with other settings start a new run, e.g. "
+            "--strategy, --export-preset and --quiet can); to train with other settings start "
+            "a new run, e.g. "
             f"with --init-from {pathlib.Path(args.resume) / 'best.keras'}.")
 
 
@@ -75,6 +76,23 @@ def read_config(run_dir):
     return config
 
 
+def _progress(run_dir):
+    """(checkpoint state, config, epochs done, epochs planned, stopped by the rule)."""
+    state = checkpoint.read_state(run_dir)
+    config = read_config(run_dir)
+    training = config.setdefault("training", {})
+    return (state, config, int(state["epoch"]), TrainingSettings.from_dict(training).epochs,
+            bool((state.get("trigger") or {}).get("stopped")))
+
+
+def is_finished(run_dir, epochs=None):
+    """Whether RUN_DIR has trained every epoch (of `epochs` when given), or was stopped by
+    the non-monotonic rule, and written its results: a `--resume` would have nothing to do."""
+    state, config, done, planned, stopped = _progress(run_dir)
+    total = planned if epochs is None else epochs
+    return bool((stopped or done >= total) and results_cover(run_dir, done))
+
+
 def resume_config(run_dir, epochs=None):
     """(config, state, changed): RUN_DIR's configuration with `--epochs` applied, its
     checkpoint state, and whether config.json must be rewritten (the epochs changed).
@@ -82,11 +100,8 @@ def resume_config(run_dir, epochs=None):
     Raises `CheckpointError` for a missing or corrupt checkpoint or configuration, and
     `UserError` for a finished run or an `epochs` below what the checkpoint has done."""
     run_dir = pathlib.Path(run_dir)
-    state = checkpoint.read_state(run_dir)
-    config = read_config(run_dir)
-    training = config.setdefault("training", {})
-    done, planned = int(state["epoch"]), TrainingSettings.from_dict(training).epochs
-    stopped = bool((state.get("trigger") or {}).get("stopped"))
+    state, config, done, planned, stopped = _progress(run_dir)
+    training = config["training"]
     if epochs is not None and epochs < done:
         raise UserError(f"--epochs {epochs} is fewer than the {done} epochs {run_dir} has "
                         "already trained (with --resume, --epochs is the run's new total).")

@@ -23,7 +23,7 @@ import dataclasses
 import types
 
 from zoo.errors import ConfigError
-from zoo.models.registry import DEFAULT_KIND
+from zoo.models.kinds import DEFAULT_KIND, MODEL_OWNED_TRAINING
 from zoo.runs.setting_keys import (TOP_LEVEL, check_arguments, is_integer, is_number,
                                    language_arguments, model_arguments, refuse_unknown)
 
@@ -129,8 +129,6 @@ class FinalEvaluation:
 # Fields of the `training` part that the model itself owns (`tflm.LanguageModel`
 # arguments): given to the model only when the configuration sets them, so that a model
 # family keeps its own defaults (zoo.AWDLSTM's clip_norm 0.25, zoo.ZarembaLSTM's 5).
-MODEL_OWNED_TRAINING = ("bptt", "clip_norm", "weight_decay", "seed", "flooding_level",
-                        "loss_reduction")
 
 
 @dataclasses.dataclass(frozen=True)

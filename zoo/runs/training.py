@@ -21,10 +21,12 @@ perplexity that stops being finite ends the run (`TrainingDiverged`) with the la
 checkpoint and best.keras kept and no final.keras or metrics.json written.
 """
 
+import hashlib
 import math
 import pathlib
 
 import keras
+import numpy as np
 
 from tflm import data, distribute
 from tflm.callbacks import (BitsPerCharacter, EpochProgbar, StopOnNaN, TrainingDiverged,
@@ -126,6 +128,17 @@ def _run(lock, config, out_dir, data_dir, init_from, verbose, resume, strategy_n
         with interrupt.deferring():  # a Ctrl-C stops at the next batch, not inside TF
             return job.train(run_dir, state, rewrite_config=changed, init_from=init_from,
                              strategy_name=strategy_name, finetune_from=finetune_from)
+
+
+def corpus_digest(corpus):
+    """SHA-256 of the token ids the run read (train, valid, test; int32, in order) and its
+    vocabulary: which data a figure was made on, whatever the files' names or formats."""
+    digest = hashlib.sha256()
+    for ids in (corpus.train, corpus.valid, corpus.test):
+        digest.update(np.ascontiguousarray(np.asarray(ids), dtype=np.int32).tobytes())
+        digest.update(b"|")
+    digest.update("\n".join(corpus.vocabulary).encode("utf-8"))
+    return digest.hexdigest()
 
 
 def run_words_per_second(history):
@@ -312,6 +325,7 @@ class TrainingRun:
         results = {"preset": self.settings.preset, "corpus": self.corpus.name,
                    "backend": keras.backend.backend(),
                    "vocab_size": len(self.vocabulary),
+                   "corpus_sha256": corpus_digest(self.corpus),
                    "parameters": self.model.parameter_count(),
                    "optimal_perplexity": self.optimal, "best_epoch": best["epoch"],
                    "words_per_second": speed.last or best.get("words_per_second"),

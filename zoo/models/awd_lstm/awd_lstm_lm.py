@@ -57,6 +57,8 @@ class AWDLSTM(BackboneHeadModel):
     Models" (salesforce/awd-lstm-lm).
     """
 
+    preset_kind = "awd_lstm"  # a preset's model.kind for this family (from_preset)
+
     def __init__(self, vocab_size, embed_dim=400, hidden_dim=1150, num_layers=3,
                  last_dim=None, tie_weights=True, dropout=0.4, dropout_h=0.3, dropout_i=0.65,
                  dropout_e=0.1, weight_dropout=0.5, alpha=2.0, beta=1.0, head="softmax",

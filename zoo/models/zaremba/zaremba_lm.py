@@ -44,6 +44,8 @@ class ZarembaLSTM(BackboneHeadModel):
     tutorials/rnn/ptb/ptb_word_lm.py; Zhang 2018 (MSc thesis), §5-7 and Table A.1.
     """
 
+    preset_kind = "zaremba"  # a preset's model.kind for this family (from_preset)
+
     def __init__(self, vocab_size, hidden_dim=200, num_layers=2, dropout=0.0, init_scale=0.1,
                  tie_weights=False, output_bias=True, head="softmax", use_cudnn="auto",
                  seed=None, bptt=20, clip_norm=5.0, scale_by_window=False,
