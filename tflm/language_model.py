@@ -5,7 +5,7 @@ import contextlib
 import keras
 from keras import ops
 
-from tflm import backends, compat
+from tflm import backends, compat, generation
 from tflm.batch_size import batch_size_of, leading_dim
 from tflm.compat import TokenWindowBuild, nested_layers
 from tflm.layers.candidate_sampler import CandidateSampler
@@ -484,6 +484,33 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         """Keras' `predict_on_batch`, from zero state (the rows of `x` are independent)."""
         self._predict_mode(False)
         return super().predict_on_batch(x)
+
+    @contextlib.contextmanager
+    def streaming_predictions(self, batch_size):
+        """Within this block, yields `predict(window)`: Keras' compiled `predict_on_batch`
+        with the inference state carried from one window to the next (the `batch_size`
+        streams start from zero). What `generate` feeds its windows to."""
+        backends.current().prepare_pass(self, False, int(batch_size))
+        self.reset_stream_states("eval")
+        self._predict_mode(True)
+        with self._carrying_state():
+            yield super().predict_on_batch
+
+    # ---- generation, the KerasHub way ----------------------------------------------------
+    def generate(self, inputs, max_length, sampler=None, seed=None, stop_token_ids=None,
+                 strip_prompt=False, vocabulary=None):
+        """Continue the prompts `inputs` (strings, or token ids) to `max_length` tokens with
+        `sampler` ("greedy", "random", "top_k", "top_p" or a `tflm.samplers.Sampler`;
+        None: "random"), the LSTM state as the cache, a compiled step per window, the draw
+        seeded on the host (the same words on every backend). See `tflm.generation`."""
+        return generation.generate(self, inputs, max_length, sampler, seed, stop_token_ids,
+                                   strip_prompt, vocabulary)
+
+    def score(self, token_ids, padding_mask=None, scoring_mode="logits", target_ids=None):
+        """KerasHub's `score`: log-probabilities (B, T, V) of `token_ids` from zero state,
+        or with `scoring_mode="loss"` the per-token NLL of `target_ids`. See
+        `tflm.generation.score`."""
+        return generation.score(self, token_ids, padding_mask, scoring_mode, target_ids)
 
     def get_config(self):
         config = super().get_config()

@@ -8,8 +8,8 @@ Every output head returns log-probabilities (docs/design.md, contract 1), so sam
 with every head alike. The LSTM state is carried from word to word (batch 1, evaluation
 mode: no dropout), exactly as one forward pass over the whole text would carry it: each
 generated word is fed back as a one-token window with the state the previous window left
-(`model.forward_with_state(x, states, training=False)`). The prompt, whitespace-split, is fed
-first as one window; without a prompt the text starts from `<eos>` when the vocabulary has
+(`model.generate`'s steps, `tflm.generation.sample_steps`: the model's compiled predict
+function with the state carried). The prompt, whitespace-split, is fed first as one window; without a prompt the text starts from `<eos>` when the vocabulary has
 it (a sentence start), else from id 0. Neither the prompt nor the start word is part of the
 output.
 
@@ -74,58 +74,35 @@ def check_options(num_words, temperature=1.0, top_k=None, vocab_size=None):
                             f"got {top_k}.")
 
 
+def sampler_for(temperature=1.0, top_k=None):
+    """The `tflm.samplers` sampler of these options: top-k at `temperature`, or every word."""
+    from tflm import samplers  # deferred: a command's frameworks import after start_command
+
+    return (samplers.TopKSampler(int(top_k), temperature) if top_k is not None
+            else samplers.RandomSampler(temperature))
+
+
 def sample_next(log_probs, rng, temperature=1.0, top_k=None):
-    """One word id drawn from a row of log-probabilities.
+    """One word id drawn from a row of log-probabilities (V,):
 
         p(w) proportional to exp(log_probs[w] / temperature)   on the top_k most likely words
                                                                (all words when None)
 
-    One `rng.random()` is drawn and compared with the cumulative distribution in id order.
-    Ties at the top-k boundary keep the lower ids. `-inf` entries are never drawn.
-
-    Args:
-        log_probs: 1-D array (V,), the model's log-probabilities for the next word.
-        rng: a `numpy.random.Generator`.
-        temperature: > 0. Default 1.
-        top_k: None or an integer in [1, V].
-
-    Returns: the id (int).
-    """
-    row = np.asarray(log_probs, np.float64).reshape(-1)
-    if top_k is not None and top_k < row.size:
-        keep = np.sort(np.argsort(-row, kind="stable")[:int(top_k)])
-    else:
-        keep = np.arange(row.size)
-    scores = row[keep]
-    top = scores.max()
-    # (log p - max) / T <= 0: no overflow however small T is; T -> 0 gives the argmax.
-    weights = np.exp((scores - top) / float(temperature))
-    cdf = np.cumsum(weights)
-    u = rng.random() * cdf[-1]
-    i = int(np.searchsorted(cdf, u, side="right"))
-    if i >= keep.size:  # u rounded up to the total: the last word with weight > 0
-        i = int(np.flatnonzero(weights > 0)[-1])
-    return int(keep[i])
+    one `rng.random()` against the cumulative distribution in id order; ties at the top-k
+    boundary keep the lower ids; `-inf` entries are never drawn (`tflm.samplers`)."""
+    return sampler_for(temperature, top_k).draw(np.asarray(log_probs, np.float64).reshape(-1),
+                                                rng)
 
 
 def prompt_ids(prompt, vocabulary):
-    """The ids of the prompt's words (a string split at whitespace, or a list of words).
-    A word not in `vocabulary` becomes `<unk>` when the vocabulary has it, else `UserError`
-    names it."""
-    words = prompt.split() if isinstance(prompt, str) else [str(w) for w in prompt]
-    index = {word: i for i, word in enumerate(vocabulary)}
-    ids = []
-    for word in words:
-        if word in index:
-            ids.append(index[word])
-        elif UNK in index:
-            ids.append(index[UNK])
-        else:
-            shown = ", ".join(vocabulary[:5]) + (", ..." if len(vocabulary) > 5 else "")
-            raise UserError(f"the prompt word {word!r} is not in the model's vocabulary "
-                            f"({len(vocabulary)} words: {shown}; no {UNK} to stand for "
-                            "unknown words); use words of the vocabulary.")
-    return ids
+    """The ids of the prompt's words (`tflm.generation.prompt_ids`): a word not in
+    `vocabulary` becomes `<unk>` when the vocabulary has it, else `UserError` names it."""
+    from tflm import generation  # deferred: a command's frameworks import after start_command
+
+    try:
+        return generation.prompt_ids(prompt, list(vocabulary))
+    except ValueError as err:
+        raise UserError(str(err)) from None
 
 
 def sample_stream(model, vocabulary, num_words, temperature=1.0, seed=None, prompt=None,
@@ -146,21 +123,18 @@ def sample_stream(model, vocabulary, num_words, temperature=1.0, seed=None, prom
 
 
 def _stream(model, vocabulary, ids, num_words, temperature, seed, top_k):
-    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
-    from keras import ops
+    from tflm import generation  # deferred: a command's frameworks import after start_command
 
     rng = np.random.Generator(np.random.PCG64(seed))
-    window = np.asarray([ids], np.int32)
-    states = None
+    steps = generation.sample_steps(model, [ids], num_words, sampler_for(temperature, top_k),
+                                    rng)
     for i in range(num_words):
-        log_probs, states = model.forward_with_state(window, states, training=False)
-        row = np.asarray(ops.convert_to_numpy(log_probs), np.float64)[0, -1]
-        if np.isnan(row).any() or np.isposinf(row).any():
+        try:
+            drawn, rows = next(steps)
+        except ValueError as err:  # rows that are not finite
             raise UserError(f"the model's log-probabilities for word {i + 1} are not finite "
-                            "(NaN weights?); the model is broken.")
-        word_id = sample_next(row, rng, temperature, top_k)
-        yield vocabulary[word_id], word_id, row
-        window = np.asarray([[word_id]], np.int32)
+                            "(NaN weights?); the model is broken.") from err
+        yield vocabulary[int(drawn[0])], int(drawn[0]), rows[0]
 
 
 def generate(model, vocabulary, num_words, temperature=1.0, seed=None, prompt=None,

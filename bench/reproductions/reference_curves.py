@@ -31,7 +31,8 @@ Each side runs once per seed; the table gives every validation perplexity, the g
 the two means and the seed-to-seed spread within each side (the largest of the two), and
 whether the gap is within that spread at every epoch. On a CPU at reduced size, then on a GPU
 at the preset's size (drop `--train-tokens`, `--valid-tokens` and the `--set` overrides;
-`--device gpu` runs main.py with CUDA). Writes results/reference_curves.md and .png.
+`--device gpu` runs main.py with CUDA). Writes results/reference_curves.md and .png
+(reference_curves_mos.md and .png for a MoS preset).
 """
 
 import argparse
@@ -302,14 +303,18 @@ def main(argv=None):
                                                         str(REPO.parent / "shared" / "data")))
     p.add_argument("--work", type=pathlib.Path, help="folder for the runs (default: a new "
                    "temporary one)")
-    p.add_argument("--results", default=str(results_path(__file__, "reference_curves.md")))
-    p.add_argument("--figure", default=str(results_path(__file__, "reference_curves.png")))
+    p.add_argument("--results", help="default: results/reference_curves.md (softmax presets; "
+                   "reference_curves_mos.md for MoS)")
+    p.add_argument("--figure", help="default: the results file's name with .png")
     args = p.parse_args(argv)
     if len(args.seeds) < 2:
         p.error("give at least two --seeds: the gap is read against the seed-to-seed spread")
     from zoo.runs.config import resolve_config  # deferred: Keras after the arguments
     program = reference_program(resolve_config(args.preset, list(args.set)))
     check_checkout(args.reference, program)
+    stem = "reference_curves" + ("_mos" if program == "mos" else "")
+    args.results = args.results or str(results_path(__file__, f"{stem}.md"))
+    args.figure = args.figure or str(results_path(__file__, f"{stem}.png"))
     if args.same_init and program != "salesforce":
         p.error("--same-init starts salesforce's main.py only (through its --resume); "
                 "zihangdai/mos's main.py has no such flag")
