@@ -29,6 +29,7 @@ def build_parser():
     # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.models.heads import head_names
     from zoo.presets import list_presets
+    from zoo.runs.settings import PRECISIONS
     p = argparse.ArgumentParser(
         prog="python -m zoo.train", description=__doc__.split("\n")[0],
         epilog=f"presets: {', '.join(list_presets())}. Examples: python -m zoo.train; "
@@ -70,6 +71,11 @@ def build_parser():
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any preset field, e.g. --set model.dropout=0.3 (repeatable; "
                         "values are JSON when they parse as JSON)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="Keras dtype policy of the model (training.precision; default "
+                        "float32): mixed_bfloat16 / mixed_float16 compute the layers in 16 "
+                        "bits with the variables, the carried state, the softmax and the "
+                        "perplexity in float32")
     p.add_argument("--export-preset", metavar="DIR", dest="export_preset",
                    help="also write the best model as a preset folder in KerasHub's layout "
                         "(config, weights, vocabulary, metadata with the run's provenance); "
@@ -130,7 +136,7 @@ def finetune_config(args):
     config["finetune"] = {"from": str(args.finetune)}
     config["training"].update(config["training"].get("finetune_overrides", {}))
     for key, value in (("epochs", args.epochs), ("batch_size", args.batch_size),
-                       ("seed", args.seed)):
+                       ("seed", args.seed), ("precision", args.precision)):
         if value is not None:
             config["training"][key] = value
     for assignment in args.set:
@@ -239,7 +245,8 @@ def _main(args, out):
         else:
             config = resolve_config(args.preset or "synthetic", args.set, corpus=args.corpus,
                                     head=args.head, epochs=args.epochs,
-                                    batch_size=args.batch_size, seed=args.seed)
+                                    batch_size=args.batch_size, seed=args.seed,
+                                    precision=args.precision)
         if config is not None and config.get("base") and not args.init_from:
             raise UserError(missing_base_message(config["base"]))
         if args.init_from:  # before anything is made, not after the model is built

@@ -52,7 +52,8 @@ class NeuralODELogits(LogProbHead):
         t1: end time (default 1.0; t0 = 0).
         init: "keras" (default) or "pytorch", W_f's initialiser (see above).
 
-    Input shape: `(batch, time, d)`. Output shape: `(batch, time, V)`, float32.
+    Input shape: `(batch, time, d)`. Output shape: `(batch, time, V)`, float32. The layer
+    computes in float32 whatever the dtype policy (a mixed policy casts its input up).
 
     Example:
     >>> emb = TiedEmbedding(100, 16)
@@ -69,6 +70,9 @@ class NeuralODELogits(LogProbHead):
     def __init__(self, embedding=None, vocab_size=None, bottleneck=None, method="dopri5",
                  rtol=1e-5, atol=1e-5, step_size=None, max_steps=1000, adjoint=True, t1=1.0,
                  init="keras", **kwargs):
+        # float32 under a mixed dtype policy too: an adaptive solve in 16 bits would take
+        # tiny steps or stop at max_steps (its inputs are cast up on the way in)
+        kwargs["dtype"] = "float32"
         super().__init__(embedding=embedding, vocab_size=vocab_size, **kwargs)
         if bottleneck is not None and (int(bottleneck) != bottleneck or int(bottleneck) < 1):
             raise ValueError(f"NeuralODELogits: bottleneck must be a positive integer or "

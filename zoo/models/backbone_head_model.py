@@ -1,5 +1,7 @@
 """What every zoo language model shares: a backbone (embedding + LSTMs) and an output head."""
 
+import contextlib
+
 import keras
 from keras import ops
 
@@ -49,6 +51,18 @@ class BackboneHeadModel(LanguageModel):
         if preset_folder.is_preset_folder(preset):
             return preset_folder.load_preset_folder(preset, cls, load_weights, **kwargs)
         return preset_folder.build_named_preset(cls, preset, **kwargs)
+
+    @contextlib.contextmanager
+    def own_dtype_policy(self):
+        """Within the block Keras' global dtype policy is this model's (its `dtype=`, e.g.
+        "mixed_bfloat16"): the layers a family makes in its constructor and its `build`
+        take the model's policy, also when Keras rebuilds a saved model from its config."""
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(self.dtype_policy)
+        try:
+            yield
+        finally:
+            keras.config.set_dtype_policy(previous)
 
     @property
     def embedding(self):

@@ -17,10 +17,12 @@ def build_model(settings, vocab_size, **overrides):
     """The model of a run's `settings` (`RunSettings`; `model.kind`: `zoo.AWDLSTM` by
     default, `zoo.ZarembaLSTM` for "zaremba"): its model arguments, the training fields the
     model owns (`TrainingSettings.model_arguments`) unless the model part sets them, then
-    `overrides`."""
+    `overrides`; its `dtype` (the Keras dtype policy of all its layers, saved with it) is
+    `training.precision`."""
     cls = model_class(settings.model.kind)
     kwargs = dict(settings.training.model_arguments(), **settings.model.arguments)
     kwargs.update(overrides)
+    kwargs.setdefault("dtype", settings.training.precision)
     try:
         return cls(vocab_size=int(vocab_size), **kwargs)
     except (TypeError, ValueError) as err:
@@ -46,7 +48,16 @@ def from_preset(name, vocab_size=None, **overrides):
 
 
 def make_optimizer(training):
-    """SGD, averaged SGD (NT-/ET-ASGD) or Adam from the `TrainingSettings`."""
+    """SGD, averaged SGD (NT-/ET-ASGD) or Adam from the `TrainingSettings`; under
+    `precision="mixed_float16"` inside Keras' `LossScaleOptimizer` (float16's range needs
+    the scaled loss; the train steps unscale before clipping: `tflm.backends.gradients`)."""
+    optimizer = _plain_optimizer(training)
+    if training.precision == "mixed_float16":
+        return keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def _plain_optimizer(training):
     multipliers = training.learning_rate_multipliers
     if training.optimizer == "sgd":
         return optimizers.SGD(training.lr, learning_rate_multipliers=multipliers)

@@ -32,8 +32,9 @@ from zoo.runs.settings import TrainingSettings
 
 # argparse destination -> flag: what a resume may not change.
 FIXED_FLAGS = (("preset", "--preset"), ("corpus", "--corpus"), ("head", "--head"),
-               ("batch_size", "--batch-size"), ("seed", "--seed"), ("set", "--set"),
-               ("init_from", "--init-from"), ("finetune", "--finetune"), ("out", "--out"))
+               ("batch_size", "--batch-size"), ("seed", "--seed"), ("precision", "--precision"),
+               ("set", "--set"), ("init_from", "--init-from"), ("finetune", "--finetune"),
+               ("out", "--out"))
 
 
 def refuse_fixed_flags(args):

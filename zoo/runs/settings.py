@@ -100,6 +100,9 @@ def check_training_part(values, section="training"):
     if not (isinstance(optimizer, str) and optimizer.lower() in ("sgd", "asgd", "adam")):
         raise ConfigError(f"unknown optimizer {optimizer!r} in {section}.optimizer; use sgd, "
                           "asgd (averaged SGD) or adam.")
+    if values.get("precision", "float32") not in PRECISIONS:
+        raise ConfigError(f"unknown {section}.precision {values['precision']!r}; use "
+                          f"{', '.join(PRECISIONS)} (a Keras dtype policy).")
     if values.get("switch", "nonmono") not in ("nonmono", "epoch", "none", None):
         raise ConfigError(f"unknown {section}.switch {values['switch']!r}; use nonmono "
                           "(NT-ASGD), epoch (ET-ASGD at switch_epoch) or none.")
@@ -131,6 +134,11 @@ class FinalEvaluation:
 # family keeps its own defaults (zoo.AWDLSTM's clip_norm 0.25, zoo.ZarembaLSTM's 5).
 
 
+# Keras dtype policies a run may train under: float32, or mixed (variables, carried state,
+# softmax and perplexity in float32; the layers' arithmetic in bfloat16 / float16)
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingSettings:
     """The `training` part of a configuration, checked, with its defaults.
@@ -145,6 +153,8 @@ class TrainingSettings:
     clip_norm, weight_decay, loss_reduction, flooding_level; averaging switch ("nonmono",
     "epoch", None) with nonmono / switch_epoch; schedule: when (lr / 10 after the listed
     epochs) or lr_decay after decay_after epochs.
+    Precision: "float32", "mixed_bfloat16" or "mixed_float16" (the Keras dtype policy the
+    model is built under; mixed_float16 also scales the loss: LossScaleOptimizer).
     Run: epochs, seed, histograms (TensorBoard histogram frequency), final_evaluation,
     finetune_overrides (what `--finetune` changes). `given`: the fields the configuration
     set (the model-owned ones reach the model only then: `model_arguments`).
@@ -176,6 +186,7 @@ class TrainingSettings:
     epochs: int = 1
     seed: int = 0
     histograms: int = 0
+    precision: str = "float32"
     final_evaluation: FinalEvaluation = FinalEvaluation()
     finetune_overrides: types.MappingProxyType = dataclasses.field(
         default_factory=lambda: types.MappingProxyType({}))

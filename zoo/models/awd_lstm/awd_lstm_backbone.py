@@ -162,8 +162,12 @@ class AWDLSTMBackbone(keras.layers.Layer):
         x = self.input_dropout(x, training=training)
         new_states, layer_outputs, raw_outputs = [], [], []
         for i, lstm in enumerate(self.lstms):
-            initial = None if states is None else list(states[i])
+            # the carried state is float32 under a mixed policy too; the layer computes in
+            # its own dtype within the window
+            initial = None if states is None else [ops.cast(s, lstm.compute_dtype)
+                                                   for s in states[i]]
             raw, h, c = lstm(x, initial_state=initial, mask=mask, training=training)
+            h, c = ops.cast(h, "float32"), ops.cast(c, "float32")
             new_states.append((h, c))
             raw_outputs.append(raw)
             dropout = (self.hidden_dropouts[i] if i < self.num_layers - 1

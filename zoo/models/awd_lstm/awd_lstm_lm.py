@@ -66,17 +66,19 @@ class AWDLSTM(BackboneHeadModel):
                  cosine_regularization=0.0, spectrum_control=None, freeze_base=False,
                  **kwargs):
         super().__init__(**kwargs)
-        self.backbone = AWDLSTMBackbone(
-            vocab_size, embed_dim=embed_dim, hidden_dim=hidden_dim, num_layers=num_layers,
-            last_dim=last_dim, tie_weights=tie_weights, dropout=dropout, dropout_h=dropout_h,
-            dropout_i=dropout_i, dropout_e=dropout_e, weight_dropout=weight_dropout,
-            use_cudnn=use_cudnn, seed=seed, init=init, lstm_biases=lstm_biases,
-            embedding_noise=embedding_noise, cosine_regularization=cosine_regularization,
-            spectrum_control=spectrum_control, name="backbone")
-        self.vocab_size = self.backbone.vocab_size
-        self.tie_weights = self.backbone.tie_weights
+        with self.own_dtype_policy():
+            self.backbone = AWDLSTMBackbone(
+                vocab_size, embed_dim=embed_dim, hidden_dim=hidden_dim, num_layers=num_layers,
+                last_dim=last_dim, tie_weights=tie_weights, dropout=dropout,
+                dropout_h=dropout_h, dropout_i=dropout_i, dropout_e=dropout_e,
+                weight_dropout=weight_dropout, use_cudnn=use_cudnn, seed=seed, init=init,
+                lstm_biases=lstm_biases, embedding_noise=embedding_noise,
+                cosine_regularization=cosine_regularization,
+                spectrum_control=spectrum_control, name="backbone")
+            self.vocab_size = self.backbone.vocab_size
+            self.tie_weights = self.backbone.tie_weights
+            self.head = self._build_head(head, init=self.backbone.init)
         self.alpha, self.beta = float(alpha), float(beta)
-        self.head = self._build_head(head, init=self.backbone.init)
         self.freeze_base = bool(freeze_base)
         if self.freeze_base and not self.tie_weights:
             raise ValueError("freeze_base=True freezes the backbone, which holds the tied "
@@ -89,7 +91,8 @@ class AWDLSTM(BackboneHeadModel):
             return
         # Symbolic tokens of shape (None, None): every layer records those shapes, so
         # `summary()` shows (batch, time, ...) rather than a dummy window's sizes.
-        self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
+        with self.own_dtype_policy():
+            self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
         if self.freeze_base:
             self.backbone.trainable = False  # with it the tied embedding the head uses
             if getattr(self.head, "base", None) is not None:

@@ -54,20 +54,22 @@ class ZarembaLSTM(BackboneHeadModel):
                          loss_reduction=loss_reduction, **kwargs)
         self.tie_weights = bool(tie_weights)
         self.output_bias = bool(output_bias)
-        self.backbone = ZarembaBackbone(
-            vocab_size, hidden_dim=hidden_dim, num_layers=num_layers, dropout=dropout,
-            init_scale=init_scale, tied_output_bias=self.tie_weights and self.output_bias,
-            use_cudnn=use_cudnn, seed=seed, name="backbone")
-        self.vocab_size = self.backbone.vocab_size
-        # MoS on these baselines (Zhang 2018 §6.3): the latent size is the hidden size (the
-        # heads' default), as the printed parameter counts imply.
-        self.head = self._build_head(head)
+        with self.own_dtype_policy():
+            self.backbone = ZarembaBackbone(
+                vocab_size, hidden_dim=hidden_dim, num_layers=num_layers, dropout=dropout,
+                init_scale=init_scale, tied_output_bias=self.tie_weights and self.output_bias,
+                use_cudnn=use_cudnn, seed=seed, name="backbone")
+            self.vocab_size = self.backbone.vocab_size
+            # MoS on these baselines (Zhang 2018 §6.3): the latent size is the hidden size
+            # (the heads' default), as the printed parameter counts imply.
+            self.head = self._build_head(head)
         self.freeze_base = False
 
     def build(self, input_shape=None):
         if self.built:
             return
-        self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
+        with self.own_dtype_policy():
+            self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
         for variable in self.head.weights:
             uniform = uniform_initializer(self.backbone.init_scale)
             variable.assign(uniform(variable.shape, variable.dtype))
