@@ -5,9 +5,9 @@ leans on a name another one defined fails here. Every `model` a snippet leaves i
 `.keras` and loaded back with the same parameter count. The snippets show full-size
 settings; the run keeps their code as written and only makes the data small:
 `tflm.data.load_corpus` returns a small synthetic corpus, `tflm.data.lm_dataset` cuts its
-windows to at most 10 positions and 4 streams (of 1-D ids) (the full-size ODE and flow heads' one step at
-20 x 70 cost a minute of CI), and `fit` runs one step of one epoch (patched in the child
-process, for this test only)."""
+windows to at most 10 positions and, for 1-D ids, 4 streams (the full-size ODE and flow
+heads' one step at 20 x 70 cost a minute of CI), and `fit` runs one step of one epoch
+(patched in the child process, for this test only)."""
 
 import os
 import re

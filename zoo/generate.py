@@ -9,8 +9,9 @@ with every head alike. The LSTM state is carried from word to word (batch 1, eva
 mode: no dropout), exactly as one forward pass over the whole text would carry it: each
 generated word is fed back as a one-token window with the state the previous window left
 (`model.generate`'s steps, `tflm.generation.sample_steps`: the model's compiled predict
-function with the state carried). The prompt, whitespace-split, is fed first as one window; without a prompt the text starts from `<eos>` when the vocabulary has
-it (a sentence start), else from id 0. Neither the prompt nor the start word is part of the
+function with the state carried). The prompt, whitespace-split, is fed first as one window;
+without a prompt the text starts from `<eos>` when the vocabulary has it (a sentence
+start), else from id 0. Neither the prompt nor the start word is part of the
 output.
 
 Sampling uses NumPy's `Generator(PCG64(seed))`, one uniform number per word drawn against

@@ -64,8 +64,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--results", default=str(results_path(__file__, "generation.md")))
     args = p.parse_args(argv)
-    rows = ["| backend | eager loop, ms / word | model.generate, ms / word | speed-up | same words |",
-            "| --- | ---: | ---: | ---: | --- |"]
+    rows = ["| backend | eager loop, ms / word | model.generate, ms / word | speed-up | "
+            "same words |", "| --- | ---: | ---: | ---: | --- |"]
     for backend in args.backends:
         result, why = run_backend_child(CHILD, backend, args.threads,
                                         {"vocab": args.vocab, "hidden": args.hidden,

@@ -126,8 +126,8 @@ def load_preset_folder(preset_dir, cls=None, load_weights=True, **overrides):
         config.pop("build_config", None)
     model = keras.saving.deserialize_keras_object(config)
     if cls is not None and not isinstance(model, cls):
-        raise UserError(f"{folder} holds a model of class {type(model).__name__}, not {cls.__name__}; "
-                        f"load it with {type(model).__name__}.from_preset.")
+        raise UserError(f"{folder} holds a model of class {type(model).__name__}, not "
+                        f"{cls.__name__}; load it with {type(model).__name__}.from_preset.")
     if not model.built:
         model.build((None, None))
     if load_weights:
