@@ -33,6 +33,7 @@ import shutil
 
 import keras
 
+import tflm
 from zoo.errors import UserError
 from zoo.models.kinds import DEFAULT_KIND, MODEL_OWNED_TRAINING
 from zoo.presets import list_presets, load_preset
@@ -50,11 +51,7 @@ def save_to_preset(model, preset_dir, vocabulary=None, metadata=None):
     """Write `model` as a preset folder at `preset_dir` (see the module docstring).
     `vocabulary`: the words in id order (default: `model.vocabulary`, set by
     `load_preset`); `metadata`: more entries for metadata.json."""
-    target = pathlib.Path(preset_dir)
-    if target.exists() and (not target.is_dir() or (
-            any(target.iterdir()) and not (target / CONFIG_FILE).exists())):
-        raise UserError(f"{target} exists and is not a preset folder; give a new or empty "
-                        "folder, or an older preset folder to replace.")
+    target = check_target(preset_dir)
     if vocabulary is None:
         vocabulary = getattr(model, "vocabulary", None)
     if vocabulary is not None and len(vocabulary) != int(model.vocab_size):
@@ -79,11 +76,22 @@ def save_to_preset(model, preset_dir, vocabulary=None, metadata=None):
     return target
 
 
+def check_target(path, what=""):
+    """`path` as a `pathlib.Path` when it can become a preset folder (new, empty, or an older
+    preset folder to replace), else `UserError` (`what` names the flag that gave it)."""
+    path = pathlib.Path(path)
+    if path.exists() and (not path.is_dir() or (any(path.iterdir())
+                                                and not is_preset_folder(path))):
+        raise UserError(f"{what}{path}: exists and is not a preset folder; give a new or "
+                        "empty folder, or an older preset folder to replace.")
+    return path
+
+
 def _write(model, folder, vocabulary, metadata):
     folder.mkdir()
     files = {CONFIG_FILE: keras.saving.serialize_keras_object(model),
              METADATA_FILE: {"keras_version": keras.__version__,
-                             "tflm_version": _tflm_version(),
+                             "tflm_version": tflm.__version__,
                              "parameter_count": int(model.count_params()),
                              "date_saved": datetime.datetime.now().strftime("%Y-%m-%d@%H:%M:%S"),
                              **metadata}}
@@ -101,12 +109,6 @@ def _write(model, folder, vocabulary, metadata):
     for path in folder.rglob("*"):
         if path.is_file():
             fsync_file(path)
-
-
-def _tflm_version():
-    import tflm  # deferred: tflm is imported by the model's module already; the version only
-
-    return tflm.__version__
 
 
 def is_preset_folder(path):

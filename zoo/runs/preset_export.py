@@ -12,7 +12,6 @@ Load it with `zoo.AWDLSTM.from_preset(DIR)` (or the class of its family): the we
 import json
 import pathlib
 
-from zoo.errors import UserError
 from zoo.models import preset_folder
 from zoo.models.saving import load_model
 from zoo.models.vocabulary import VOCAB_FILE
@@ -23,12 +22,8 @@ METRIC_KEYS = ("best_epoch", "valid_perplexity", "test_perplexity", "valid_bpc",
 
 def check_target(path):
     """`UserError` now, before a run trains for hours, when `path` cannot become a preset
-    folder (a file, or a folder holding something else)."""
-    path = pathlib.Path(path)
-    if path.exists() and (not path.is_dir() or (any(path.iterdir())
-                                                and not preset_folder.is_preset_folder(path))):
-        raise UserError(f"--export-preset {path}: exists and is not a preset folder; give a "
-                        "new or empty folder, or an older preset folder to replace.")
+    folder (a file, or a folder holding something else): `preset_folder.check_target`."""
+    preset_folder.check_target(path, "--export-preset ")
 
 
 def provenance(run_dir, command=None):
