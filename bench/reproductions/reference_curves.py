@@ -55,6 +55,10 @@ from tflm.testing.reference_peer import peer_to_keras_names
 
 LAUNCHER = pathlib.Path(__file__).resolve().with_name("reference_launcher.py")
 EPOCH_LINE = re.compile(r"\|\s*end of epoch\s+(\d+)\s*\|.*\|\s*valid ppl\s+([\d.]+)")
+EPOCH_TIME = re.compile(r"\|\s*end of epoch\s+(\d+)\s*\|\s*time:\s*([\d.]+)s")
+BATCH_TIME = re.compile(r"\|\s*epoch\s+(\d+)\s*\|.*\|\s*ms/batch\s+([\d.]+)")
+LAUNCHER_LINE = re.compile(r"reference_launcher: train windows (\d+), target positions (\d+), "
+                           r"peak CUDA allocator MiB ([\d.]+|-)")
 
 # our setting -> (main.py's flag, main.py's default); salesforce/awd-lstm-lm's main.py
 MODEL_FLAGS = {"embed_dim": ("--emsize", 400), "hidden_dim": ("--nhid", 1150),
@@ -119,7 +123,7 @@ def reference_flags(config, seed, epochs, data, save, cuda):
                              "(its windows are random, from fixed streams; no --when in this "
                              "tool; salesforce's are uncapped)")
     flags = ["--data", str(data), "--model", "LSTM", "--epochs", str(epochs), "--seed", str(seed),
-             "--save", str(save), "--log-interval", "100000"]
+             "--save", str(save), "--log-interval", "200"]  # main.py's default
     tables = ((model, MODEL_FLAGS), (training, TRAINING_FLAGS))
     if program == "mos":
         head = model["head"] if isinstance(model["head"], dict) else {}
@@ -141,6 +145,25 @@ def reference_curve(stdout):
     """The validation perplexities main.py printed, epoch by epoch."""
     found = {int(e): float(p) for e, p in EPOCH_LINE.findall(stdout)}
     return [found[e] for e in sorted(found)]
+
+
+def reference_timing(stdout):
+    """main.py's timings from its output: each epoch's seconds (its `time:`, validation
+    included), the median of its `ms/batch` lines per epoch (each the mean over 200 training
+    batches), and `reference_launcher`'s counts (training windows, target positions, the
+    CUDA allocator's peak in MiB, None on a CPU)."""
+    epochs = {int(e): float(t) for e, t in EPOCH_TIME.findall(stdout)}
+    batches = {}
+    for epoch, ms in BATCH_TIME.findall(stdout):
+        batches.setdefault(int(epoch), []).append(float(ms))
+    timing = {"epoch_seconds": [epochs[e] for e in sorted(epochs)],
+              "ms_per_batch": [float(np.median(batches[e])) if e in batches else None
+                               for e in sorted(epochs)]}
+    counts = LAUNCHER_LINE.search(stdout)
+    if counts:
+        timing.update(windows=int(counts[1]), targets=int(counts[2]),
+                      peak_mib=None if counts[3] == "-" else float(counts[3]))
+    return timing
 
 
 def cut_split(lines, max_tokens):
@@ -232,16 +255,22 @@ def write_same_init(checkout, config, seed, vocab_size, folder):
     return keras_path, torch_path
 
 
-def run_reference(checkout, config, seed, epochs, data, work, cuda, resume=None):
+def run_reference(checkout, config, seed, epochs, data, work, cuda, resume=None,
+                  real_length_rate=False):
+    """main.py's validation curve and its timings (`reference_timing`, with the process's
+    wall seconds)."""
     folder = work / f"reference-{seed}"
     folder.mkdir(parents=True)
     if reference_program(config) == "mos":  # it copies main.py and model.py from its folder
         for name in ("main.py", "model.py"):
             (folder / name).symlink_to(pathlib.Path(checkout).resolve() / name)
     command = [sys.executable, str(LAUNCHER), str(checkout),
+               *(["--real-length-rate"] if real_length_rate else []),
                *reference_flags(config, seed, epochs, data, folder / "model.pt", cuda),
                *(["--resume", str(resume)] if resume else [])]
+    start = time.perf_counter()
     proc = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+    wall = time.perf_counter() - start
     (folder / "stdout.txt").write_text(proc.stdout + proc.stderr)
     curve = reference_curve(proc.stdout)
     # zihangdai/mos's main.py ends with `.cuda()` for its test pass, which fails on a CPU
@@ -250,17 +279,49 @@ def run_reference(checkout, config, seed, epochs, data, work, cuda, resume=None)
         raise SystemExit(f"main.py (seed {seed}) stopped after {len(curve)} of {epochs} "
                          f"epochs; its output is in {folder / 'stdout.txt'}:\n"
                          f"{proc.stderr[-2000:]}")
-    return curve[:epochs]
+    return curve[:epochs], {**reference_timing(proc.stdout), "wall_seconds": wall}
 
 
 def run_ours(preset, sets, seed, data, work, init_from=None):
+    """zoo.train's validation curve and its timings (metrics.json's, with the process's
+    wall seconds)."""
     out = work / f"tflm-{seed}"
+    start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "zoo.train", "--preset", preset, "--seed", str(seed),
                     "--out", str(out), "--quiet", *[a for s in sets for a in ("--set", s)],
                     *(["--init-from", str(init_from)] if init_from else [])],
                    cwd=REPO, check=True)
-    history = json.loads((out / "metrics.json").read_text())["history"]
-    return [h["val_perplexity"] for h in history]
+    wall = time.perf_counter() - start
+    metrics = json.loads((out / "metrics.json").read_text())
+    history = metrics["history"]
+    timing = {key: [h.get(key) for h in history] for key in (
+        "epoch_seconds", "train_seconds", "first_step_seconds", "validation_seconds",
+        "words_per_second")}
+    timing.update(wall_seconds=wall, peak_mib=metrics.get("device_memory_mib"),
+                  test_perplexity=metrics.get("test_perplexity"))
+    return [h["val_perplexity"] for h in history], timing
+
+
+def timing_table(timings):
+    """Per side and seed: the first epoch's and the last epoch's seconds (validation
+    included), training words/s once warm (the last epoch: tflm's `words_per_second`;
+    main.py's mean window over its median `ms/batch` of that epoch), the whole process's
+    wall seconds, the GPU allocator's peak."""
+    lines = ["| side | seed | epoch 1 s | last epoch s | words/s, last epoch | whole run s | "
+             "peak MiB |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for (side, seed), t in sorted(timings.items()):
+        if side == "keras":
+            words = t["words_per_second"][-1]
+        else:
+            ms = t["ms_per_batch"][-1]
+            words = (t["targets"] / t["windows"] / ms * 1e3
+                     if ms and t.get("windows") else None)
+        peak = "-" if t.get("peak_mib") is None else f"{t['peak_mib']:,.0f}"
+        words = "-" if words is None else f"{words:,.0f}"
+        lines.append(f"| {'tflm' if side == 'keras' else 'main.py'} | {seed} | "
+                     f"{t['epoch_seconds'][0]:.1f} | {t['epoch_seconds'][-1]:.1f} | {words} | "
+                     f"{t['wall_seconds']:.1f} | {peak} |")
+    return "\n".join(lines) + "\n"
 
 
 def table(curves, seeds, note):
@@ -299,13 +360,17 @@ def main(argv=None):
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--same-init", action="store_true",
                    help="start both sides of a seed from our initial weights at that seed")
+    p.add_argument("--reference-rate", choices=("drawn", "real"), default="drawn",
+                   help="real: main.py's cut last window trains at lr x real / bptt "
+                   "(reference_launcher.py --real-length-rate, an experiment); drawn: as "
+                   "main.py does")
     p.add_argument("--data-dir", default=os.environ.get("TFLM_DATA_DIR",
                                                         str(REPO.parent / "shared" / "data")))
     p.add_argument("--work", type=pathlib.Path, help="folder for the runs (default: a new "
                    "temporary one)")
     p.add_argument("--results", help="default: results/reference_curves.md (softmax presets; "
                    "reference_curves_mos.md for MoS)")
-    p.add_argument("--figure", help="default: the results file's name with .png")
+    p.add_argument("--figure", help="default: the results file's path with .png")
     args = p.parse_args(argv)
     if len(args.seeds) < 2:
         p.error("give at least two --seeds: the gap is read against the seed-to-seed spread")
@@ -314,7 +379,7 @@ def main(argv=None):
     check_checkout(args.reference, program)
     stem = "reference_curves" + ("_mos" if program == "mos" else "")
     args.results = args.results or str(results_path(__file__, f"{stem}.md"))
-    args.figure = args.figure or str(results_path(__file__, f"{stem}.png"))
+    args.figure = args.figure or str(pathlib.Path(args.results).with_suffix(".png"))
     if args.same_init and program != "salesforce":
         p.error("--same-init starts salesforce's main.py only (through its --resume); "
                 "zihangdai/mos's main.py has no such flag")
@@ -326,16 +391,18 @@ def main(argv=None):
     sets = [*args.set, f"training.epochs={args.epochs}", f"corpus.name={data}",
             f"corpus.vocab_size={vocab_size}"]
     config = resolve_config(args.preset, sets)
-    start, curves = time.time(), {}
+    start, curves, timings = time.time(), {}, {}
     for seed in args.seeds:
         keras_init = torch_init = None
         if args.same_init:
             keras_init, torch_init = write_same_init(args.reference, config, seed, vocab_size,
                                                      work / f"init-{seed}")
-        curves["peer", seed] = run_reference(args.reference, config, seed, args.epochs, data,
-                                             work, args.device == "gpu", resume=torch_init)
+        curves["peer", seed], timings["peer", seed] = run_reference(
+            args.reference, config, seed, args.epochs, data, work, args.device == "gpu",
+            resume=torch_init, real_length_rate=args.reference_rate == "real")
         print(f"reference seed {seed}: {[round(v, 1) for v in curves['peer', seed]]}", flush=True)
-        curves["keras", seed] = run_ours(args.preset, sets, seed, data, work, keras_init)
+        curves["keras", seed], timings["keras", seed] = run_ours(args.preset, sets, seed, data,
+                                                                 work, keras_init)
         print(f"tflm seed {seed}: {[round(v, 1) for v in curves['keras', seed]]}", flush=True)
     commit = subprocess.run(["git", "-C", str(args.reference), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or "(not a git checkout)"
@@ -344,9 +411,18 @@ def main(argv=None):
             f"{time.time() - start:.0f} s. Validation perplexity per epoch, "
             + ("both sides of a seed from our initial weights at that seed (--same-init)"
                if args.same_init else "each side from its own initialisation")
+            + (", main.py's cut windows at lr x real / bptt (--reference-rate real, an "
+               "experiment)" if args.reference_rate == "real" else "")
             + ", dropout on; gap = |mean tflm - mean reference|, spread = the "
             "largest seed-to-seed difference within one side.")
     body, _ = table(curves, args.seeds, note)
+    body += ("\nTimes, run one after another on this machine (" + args.device + "):\n\n"
+             + timing_table(timings))
+    pathlib.Path(args.results).with_suffix(".json").write_text(json.dumps(
+        {"preset": args.preset, "sets": args.set, "device": args.device,
+         "reference_rate": args.reference_rate, "same_init": args.same_init,
+         "curves": {f"{side}-{seed}": c for (side, seed), c in curves.items()},
+         "timings": {f"{side}-{seed}": t for (side, seed), t in timings.items()}}, indent=1))
     figure(curves, args.figure, f"{args.preset} vs main.py, {' '.join(args.set)}")
     publish(f"Learning curves against the reference code: {args.preset}", body, args.results)
     print(f"figure: {args.figure}")

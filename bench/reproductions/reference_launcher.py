@@ -14,6 +14,18 @@ documented shims and nothing else changed:
    the default, which refuses them; the shim passes `weights_only=False` as earlier
    releases did.
 
+`--real-length-rate` (after CHECKOUT) adds a third shim, an experiment and not one of the
+documented ones: main.py sets the step's learning rate to lr x drawn / bptt before `get_batch`
+cuts the epoch's last window at the end of the data; the shim scales that step's rate by
+real / drawn, so every window trains at lr x real / bptt as tflm's do
+(`tflm.LanguageModel.window_scale`). `reference_curves --reference-rate real` uses it to
+show what the cut window alone does to the curves.
+
+Whatever the flags, the launcher counts main.py's training windows and target positions (its
+`get_batch` calls from `train()`) and prints them at exit with the CUDA allocator's peak
+(`torch.cuda.max_memory_allocated`), one line starting `reference_launcher:`; counting
+changes nothing main.py computes.
+
 `--initial-model OUT.pt WEIGHTS.npz CONSTRUCTOR.json` (after CHECKOUT) writes instead the file
 main.py's `--resume` reads (`[model, criterion, optimizer]`: the checkout's own `RNNModel`,
 built with the JSON's arguments, its parameters set from the arrays, named as
@@ -26,11 +38,14 @@ model there), with the checkout first on `sys.path` so its `data`, `model`, `uti
 `splitcross` and `weight_drop` modules are the ones imported.
 """
 
+import atexit
 import functools
 import json
 import pathlib
 import runpy
 import sys
+
+TRAIN_FUNCTION = "train"  # main.py's training loop, in both checkouts
 
 
 def apply_shims():
@@ -49,6 +64,40 @@ def apply_shims():
 
     weight_drop.WeightDrop._setweights = set_weights
     torch.load = functools.partial(torch.load, weights_only=False)
+
+
+def count_and_scale(real_length_rate):
+    """Wrap the checkout's `utils.get_batch` (before main.py imports it by name): count the
+    windows and target positions `train()` asks for, and with `real_length_rate` scale the
+    learning rate main.py just set for a window that `get_batch` cuts by real / drawn.
+    Returns the counts (a dict, updated as main.py runs) and the function that prints them
+    with the CUDA allocator's peak."""
+    import torch
+    import utils  # the checkout's module
+
+    counts = {"windows": 0, "targets": 0}
+    get_batch = utils.get_batch
+
+    def counted_get_batch(source, i, args, seq_len=None, **kwargs):
+        caller = sys._getframe(1)
+        if caller.f_code.co_name == TRAIN_FUNCTION:
+            drawn = seq_len if seq_len else args.bptt
+            real = min(drawn, len(source) - 1 - i)
+            counts["windows"] += 1
+            counts["targets"] += real * source.size(1)
+            if real_length_rate and real < drawn:
+                group = caller.f_globals["optimizer"].param_groups[0]
+                group["lr"] *= real / drawn  # main.py restores lr2 after the step
+        return get_batch(source, i, args, seq_len=seq_len, **kwargs)
+
+    def report():
+        peak = (f"{torch.cuda.max_memory_allocated() / 2 ** 20:.1f}"
+                if torch.cuda.is_available() else "-")
+        print(f"reference_launcher: train windows {counts['windows']}, target positions "
+              f"{counts['targets']}, peak CUDA allocator MiB {peak}", flush=True)
+
+    utils.get_batch = counted_get_batch
+    return counts, report
 
 
 def reference_model(weights, constructor):
@@ -101,7 +150,10 @@ def main(argv):
             weights = dict(loaded)
         write_initial_model(out, weights, json.loads(pathlib.Path(constructor).read_text()))
         return
-    sys.argv = [str(checkout / "main.py"), *argv[1:]]
+    flags = argv[1:]
+    real_length_rate = flags[:1] == ["--real-length-rate"]
+    atexit.register(count_and_scale(real_length_rate)[1])
+    sys.argv = [str(checkout / "main.py"), *flags[real_length_rate:]]
     runpy.run_path(str(checkout / "main.py"), run_name="__main__")
 
 

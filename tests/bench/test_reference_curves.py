@@ -192,3 +192,63 @@ def test_our_weights_reach_main_pys_model_under_its_names(monkeypatch):
                                       lstm.recurrent_bias.numpy())
     with pytest.raises(SystemExit, match="the arrays name"):
         reference_model({"encoder.weight": np.zeros((11, 4))}, rc.reference_constructor(config, 11))
+
+
+def test_main_py_timings_and_the_launchers_counts_are_read_back():
+    out = ("| epoch   1 |   200/  663 batches | lr 30.00000 | ms/batch 15.00 | loss  6.50 |\n"
+           "| epoch   1 |   400/  663 batches | lr 30.00000 | ms/batch 17.00 | loss  6.20 |\n"
+           "| end of epoch   1 | time: 12.50s | valid loss  5.70 | valid ppl   298.87 |\n"
+           "| end of epoch   2 | time: 11.25s | valid loss  5.30 | valid ppl   200.34 |\n"
+           "reference_launcher: train windows 1300, target positions 1755000, peak CUDA "
+           "allocator MiB 2048.5\n")
+    timing = rc.reference_timing(out)
+    assert timing == {"epoch_seconds": [12.5, 11.25], "ms_per_batch": [16.0, None],
+                      "windows": 1300, "targets": 1755000, "peak_mib": 2048.5}
+    assert rc.reference_timing(out.replace("2048.5", "-"))["peak_mib"] is None
+
+
+def test_the_timing_table_gives_main_pys_words_per_second_from_its_counts():
+    timings = {("peer", 1): {"epoch_seconds": [12.0, 11.0], "ms_per_batch": [15.0, 13.5],
+                             "windows": 100, "targets": 135000, "peak_mib": None,
+                             "wall_seconds": 40.0},
+               ("keras", 1): {"epoch_seconds": [30.0, 9.0], "words_per_second": [5e4, 1.2e5],
+                              "wall_seconds": 60.0, "peak_mib": 1500.0}}
+    rows = rc.timing_table(timings).splitlines()[2:]
+    assert rows[0] == "| tflm | 1 | 30.0 | 9.0 | 120,000 | 60.0 | 1,500 |"
+    # 1,350 targets a window over 13.5 ms
+    assert rows[1] == "| main.py | 1 | 12.0 | 11.0 | 100,000 | 40.0 | - |"
+
+
+def test_the_launcher_counts_training_windows_and_scales_only_a_cut_one(monkeypatch):
+    """`count_and_scale`: main.py's `train()` asks `get_batch` for windows of drawn lengths;
+    the last one is cut at the end of the data. The counts cover `train()`'s calls only, and
+    with the real-length shim the cut window's rate is scaled by real / drawn (a whole one's
+    and `evaluate()`'s are left alone)."""
+    torch = pytest.importorskip("torch")
+    from bench.reproductions import reference_launcher
+
+    def get_batch(source, i, args, seq_len=None, evaluation=False):
+        seq_len = min(seq_len if seq_len else args.bptt, len(source) - 1 - i)
+        return source[i:i + seq_len], source[i + 1:i + 1 + seq_len].reshape(-1)
+
+    monkeypatch.setitem(sys.modules, "utils", types.SimpleNamespace(get_batch=get_batch))
+    counts, _ = reference_launcher.count_and_scale(real_length_rate=True)
+    utils = sys.modules["utils"]
+    source, args = torch.zeros(101, 4), types.SimpleNamespace(bptt=70)
+    optimizer = types.SimpleNamespace(param_groups=[{"lr": 0.0}])
+    namespace = {"utils": utils, "optimizer": optimizer}
+    exec("def train(i, seq_len):\n"
+         "    optimizer.param_groups[0]['lr'] = 30.0 * seq_len / 70\n"
+         "    data, _ = utils.get_batch(source, i, args, seq_len=seq_len)\n"
+         "    return len(data), optimizer.param_groups[0]['lr']\n"
+         "def evaluate(i):\n"
+         "    optimizer.param_groups[0]['lr'] = 30.0\n"
+         "    data, _ = utils.get_batch(source, i, args, evaluation=True)\n"
+         "    return len(data), optimizer.param_groups[0]['lr']\n",
+         {**namespace, "source": source, "args": args}, namespace)
+    assert namespace["train"](0, 60) == (60, pytest.approx(30.0 * 60 / 70))
+    assert namespace["train"](60, 65) == (40, pytest.approx(30.0 * 40 / 70))  # cut: 100 - 60
+    assert namespace["evaluate"](80) == (20, 30.0)
+    assert counts == {"windows": 2, "targets": (60 + 40) * 4}
+    counts, _ = reference_launcher.count_and_scale(real_length_rate=False)
+    assert namespace["train"](60, 65) == (40, pytest.approx(30.0 * 65 / 70))  # main.py's rule

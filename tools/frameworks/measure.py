@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from tools.frameworks.machine import cpu_model, peak_rss_mib
+from zoo.runtime import device_memory
 
 
 class Skip(Exception):
@@ -83,15 +84,7 @@ def keras_device(backend, device):
 
 def gpu_peak_mib(framework):
     """Peak GPU allocator memory of `framework` ("tensorflow", "jax" or "torch"), MiB."""
-    if framework == "tensorflow":
-        import tensorflow as tf  # deferred: this worker's framework only
-        return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2 ** 20
-    if framework == "jax":
-        import jax  # deferred: this worker's framework only
-        dev = [d for d in jax.devices() if d.platform == "gpu"][0]
-        return dev.memory_stats()["peak_bytes_in_use"] / 2 ** 20
-    import torch  # deferred: this worker's framework only
-    return torch.cuda.max_memory_allocated() / 2 ** 20
+    return device_memory.peak_mib(framework)
 
 
 def add_memory(result, framework, on_gpu, rss_after_imports=None):

@@ -48,7 +48,8 @@ from zoo.runs.run_dir import NewRunDir, prepare_run_dir
 from zoo.runs.run_lock import RunLock
 from zoo.runs.run_scalars import EVALUATION_DIR
 from zoo.runs.settings import RunSettings
-from zoo.runtime import allocator, compilation_cache, interrupt, progress, python_gc, xla_flags
+from zoo.runtime import (allocator, compilation_cache, device_memory, interrupt, progress,
+                         python_gc, xla_flags)
 
 
 def fixed_contexts(ids, count=3, length=20):
@@ -333,6 +334,9 @@ class TrainingRun:
                    "history": history}
         if jax_cache is not None:
             results["jax_compilation_cache"] = str(jax_cache)
+        peak = device_memory.peak_mib()
+        if peak is not None:  # on a GPU: the allocator's peak, for speed-and-memory tables
+            results["device_memory_mib"] = round(peak, 1)
         if allocator.settings_made():  # glibc malloc as zoo.train set it (zoo.runtime.allocator)
             results["allocator"] = allocator.settings_made()
         if xla_flags.flags_added():  # XLA_FLAGS as zoo.train set them (zoo.runtime.xla_flags)

@@ -11,6 +11,7 @@
     user_errors.py        a user's error as one line, exit 2 (`one_line_errors` on every
                           main); output paths checked before the work
     progress.py           a bar on a terminal, a line per epoch into a file or a pipe
+    device_memory.py      the GPU allocator's peak of a run (metrics.json)
     command.py            `run_command(main)`, `start_command()`, `imports_done()`: the
                           above, once, for every command line
 
