@@ -106,9 +106,10 @@ def check_checkout(checkout, program):
                          "main.py; give a checkout of it")
 
 
-def reference_flags(config, seed, epochs, data, save, cuda):
+def reference_flags(config, seed, epochs, data, save, cuda, log_interval=200):
     """main.py's command-line flags for the resolved preset `config` (`SystemExit` naming a
-    setting main.py cannot take)."""
+    setting main.py cannot take); main.py prints its `ms/batch` every `log_interval`
+    training batches (200, its default)."""
     model, training = config["model"], config["training"]
     program = reference_program(config)
     for (part, key), value in FIXED.items():
@@ -123,7 +124,7 @@ def reference_flags(config, seed, epochs, data, save, cuda):
                              "(its windows are random, from fixed streams; no --when in this "
                              "tool; salesforce's are uncapped)")
     flags = ["--data", str(data), "--model", "LSTM", "--epochs", str(epochs), "--seed", str(seed),
-             "--save", str(save), "--log-interval", "200"]  # main.py's default
+             "--save", str(save), "--log-interval", str(log_interval)]
     tables = ((model, MODEL_FLAGS), (training, TRAINING_FLAGS))
     if program == "mos":
         head = model["head"] if isinstance(model["head"], dict) else {}
@@ -256,7 +257,7 @@ def write_same_init(checkout, config, seed, vocab_size, folder):
 
 
 def run_reference(checkout, config, seed, epochs, data, work, cuda, resume=None,
-                  real_length_rate=False):
+                  real_length_rate=False, log_interval=200):
     """main.py's validation curve and its timings (`reference_timing`, with the process's
     wall seconds)."""
     folder = work / f"reference-{seed}"
@@ -266,7 +267,8 @@ def run_reference(checkout, config, seed, epochs, data, work, cuda, resume=None,
             (folder / name).symlink_to(pathlib.Path(checkout).resolve() / name)
     command = [sys.executable, str(LAUNCHER), str(checkout),
                *(["--real-length-rate"] if real_length_rate else []),
-               *reference_flags(config, seed, epochs, data, folder / "model.pt", cuda),
+               *reference_flags(config, seed, epochs, data, folder / "model.pt", cuda,
+                                log_interval),
                *(["--resume", str(resume)] if resume else [])]
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=folder, capture_output=True, text=True)
@@ -364,6 +366,9 @@ def main(argv=None):
                    help="real: main.py's cut last window trains at lr x real / bptt "
                    "(reference_launcher.py --real-length-rate, an experiment); drawn: as "
                    "main.py does")
+    p.add_argument("--log-interval", type=int, default=200,
+                   help="main.py's --log-interval: its ms/batch lines, read for its words/s "
+                   "(default 200, main.py's own; lower for a cut text of few batches)")
     p.add_argument("--data-dir", default=os.environ.get("TFLM_DATA_DIR",
                                                         str(REPO.parent / "shared" / "data")))
     p.add_argument("--work", type=pathlib.Path, help="folder for the runs (default: a new "
@@ -399,7 +404,8 @@ def main(argv=None):
                                                      work / f"init-{seed}")
         curves["peer", seed], timings["peer", seed] = run_reference(
             args.reference, config, seed, args.epochs, data, work, args.device == "gpu",
-            resume=torch_init, real_length_rate=args.reference_rate == "real")
+            resume=torch_init, real_length_rate=args.reference_rate == "real",
+            log_interval=args.log_interval)
         print(f"reference seed {seed}: {[round(v, 1) for v in curves['peer', seed]]}", flush=True)
         curves["keras", seed], timings["keras", seed] = run_ours(args.preset, sets, seed, data,
                                                                  work, keras_init)

@@ -93,11 +93,12 @@ class Chunks:
         return jnp.where(i < self.full, i * self.size,
                          jnp.maximum(self._extent - self.size, 0))
 
-    def new_rows(self, i, batch):
-        """`(batch * size, 1)` float: 1 on the rows of chunk i that no earlier chunk held."""
+    def new_rows(self, i, batch, dtype=jnp.float32):
+        """`(batch * size, 1)` of `dtype`: 1 on the rows of chunk i that no earlier chunk
+        held."""
         first_new = jnp.where(i < self.full, i * self.size, self.full * self.size)
         positions = self.start(i) + jnp.arange(self.size)
-        new = (positions >= first_new).astype(jnp.float32)
+        new = (positions >= first_new).astype(dtype)
         return jnp.broadcast_to(new[None, :], (batch, self.size)).reshape(-1, 1)
 
     def slice(self, x, i):
@@ -113,7 +114,9 @@ def extent_products(a, b, extent):
     chunks = Chunks(a.shape[0], a.shape[1], extent)
 
     def body(i, total):
-        a_i = chunks.slice(a, i).reshape(-1, a.shape[-1]) * chunks.new_rows(i, a.shape[0])
+        # in a's dtype: a float32 mask would promote a bfloat16 total (mixed precision)
+        a_i = (chunks.slice(a, i).reshape(-1, a.shape[-1])
+               * chunks.new_rows(i, a.shape[0], a.dtype))
         return total + a_i.T @ chunks.slice(b, i).reshape(-1, b.shape[-1])
 
     return lax.fori_loop(0, chunks.count, body,
