@@ -28,6 +28,10 @@ time is reported as such and the next one starts.
 `--small` shrinks every stage (a model of 32 / 64, a few thousand words) so that the whole
 session runs on a CPU in a few minutes: the check that it runs before a GPU is spent on it.
 
+`--report FOLDER` (FOLDER: a session's stage folders, unpacked from its `.tgz` files) reads
+the figures back and writes issue 41's targets, each met or missed with its figure, with the
+step profile beside them (`results/gpu_session.md`; nothing is run).
+
 Writes to `--out`: `session.log` (every stage's command, exit status, seconds and output
 tail), `session.json` (the same, machine-read) and `<stage>.tgz` for each stage after `info`
 (its folder's text files: results tables, JSON, metrics, stdout; no models, no corpus).
@@ -35,6 +39,8 @@ tail), `session.json` (the same, machine-read) and `<stage>.tgz` for each stage 
 
 import argparse
 import json
+import re
+import statistics
 import os
 import pathlib
 import subprocess
@@ -42,7 +48,7 @@ import sys
 import tarfile
 import time
 
-from bench.harness import REPO
+from bench.harness import REPO, publish, results_path
 
 PACKED_SUFFIXES = (".md", ".json", ".txt", ".log", ".png", ".csv")
 PACKED_MAX_BYTES = 4 << 20
@@ -155,17 +161,129 @@ def run_stage(name, cap, env, command, work, out, deadline, log):
     return record
 
 
+def _json(path):
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _verdict(met):
+    return "-" if met is None else ("met" if met else "missed")
+
+
+def _mos_reference(folder):
+    """zihangdai/mos main.py's words/s (mean window over its median ms/batch) and peak MiB
+    from the first reference run's output under `folder`, or (None, None)."""
+    from bench.reproductions.reference_curves import reference_timing  # deferred: Keras
+    for stdout in sorted(folder.glob("reference-*/stdout.txt")):
+        t = reference_timing(stdout.read_text())
+        ms = [m for m in t["ms_per_batch"] if m] or [
+            statistics.median(float(x) for x in re.findall(r"ms/batch\s+([\d.]+)",
+                                                            stdout.read_text()))]
+        if t.get("windows") and ms:
+            return t["targets"] / t["windows"] / ms[-1] * 1e3, t.get("peak_mib")
+    return None, None
+
+
+def report(folder):
+    """Issue 41's targets from a session's stage folders: a markdown body."""
+    curves = _json(folder / "curves" / "reference_curves_gpu.json")
+    rows, t = [], (curves or {}).get("timings", {})
+    ours = [v for k, v in t.items() if k.startswith("keras-")]
+    theirs = [v for k, v in t.items() if k.startswith("peer-")]
+    ref_words = None
+    if ours and theirs:
+        ref_words = statistics.mean(r["targets"] / r["windows"] / r["ms_per_batch"][-1] * 1e3
+                                    for r in theirs)
+        jax_words = statistics.mean(r["words_per_second"][-1] for r in ours)
+        cold = t["keras-141"]
+        ref_first = statistics.mean(r["epoch_seconds"][0] for r in theirs)
+        ref_wall = statistics.mean(r["wall_seconds"] for r in theirs)
+        rows += [
+            ("AWD-LSTM: fastest Keras backend's training words/s once warm >= 1.3x main.py's",
+             f"JAX {jax_words:,.0f} (last epoch, mean of {len(ours)} seeds) / main.py "
+             f"{ref_words:,.0f} = {jax_words / ref_words:.2f}x", jax_words >= 1.3 * ref_words),
+            ("AWD-LSTM: first epoch (compiles included) <= 1.3x main.py's",
+             f"{cold['epoch_seconds'][0]:.1f} s (seed 141, empty compilation cache) / "
+             f"{ref_first:.1f} s = {cold['epoch_seconds'][0] / ref_first:.2f}x",
+             cold["epoch_seconds"][0] <= 1.3 * ref_first),
+            ("AWD-LSTM: a whole 3-epoch run takes less wall time than main.py's",
+             f"{cold['wall_seconds']:.1f} s (seed 141; seed 142, compiles cached: "
+             f"{t['keras-142']['wall_seconds']:.1f} s) / {ref_wall:.1f} s = "
+             f"{cold['wall_seconds'] / ref_wall:.2f}x", cold["wall_seconds"] < ref_wall)]
+    mos_words, mos_peak = _mos_reference(folder / "mos")
+    mos_ours = _json(folder / "mos" / "tflm-142" / "metrics.json")
+    mos_first = _json(folder / "mos" / "tflm-141" / "metrics.json")
+    if mos_words:
+        if mos_ours:
+            words = mos_ours["history"][-1]["words_per_second"]
+            rows.append(("MoS: >= 1.5x zihangdai/mos main.py's training words/s, no more "
+                         "memory", f"{words:,.0f} / {mos_words:,.0f} = "
+                         f"{words / mos_words:.2f}x; peak {mos_ours.get('device_memory_mib')} "
+                         f"/ {mos_peak} MiB", words >= 1.5 * mos_words and
+                         (mos_ours.get("device_memory_mib") or 0) <= (mos_peak or 0)))
+        else:
+            first = (f"; tflm's only run, its first epoch with the compiles: "
+                     f"{mos_first['history'][0]['words_per_second']:,.0f} words/s, peak "
+                     f"{mos_first.get('device_memory_mib')} MiB" if mos_first else "")
+            rows.append(("MoS: >= 1.5x zihangdai/mos main.py's training words/s, no more "
+                         "memory", f"main.py {mos_words:,.0f} words/s, peak {mos_peak} MiB"
+                         f"{first}; tflm once warm: not measured", None))
+    torch = _json(folder / "torch" / "results.json")
+    if torch and ref_words:
+        row = torch["backends"][0]
+        words = row["train_words_per_s_steady"]
+        rows.append(("Keras on PyTorch >= 1.0x main.py", f"{words:,.0f} (median step, "
+                     f"compare_frameworks) / {ref_words:,.0f} = {words / ref_words:.2f}x",
+                     words >= ref_words))
+    bf16 = _json(folder / "bf16" / "run" / "metrics.json")
+    if bf16 and ours:
+        f32 = t["keras-141"]
+        half = [h["val_perplexity"] for h in bf16["history"]]
+        full = curves["curves"]["keras-141"][:len(half)]
+        speed = bf16["history"][-1]["words_per_second"]
+        f32_speed = f32["words_per_second"][len(half) - 1]
+        rows.append(("mixed_bfloat16: speed and perplexity against float32 (measured)",
+                     f"epoch {len(half)} words/s {speed:,.0f} vs {f32_speed:,.0f} "
+                     f"({speed / f32_speed:.2f}x); valid ppl by epoch "
+                     f"{' / '.join(f'{v:.1f}' for v in half)} vs "
+                     f"{' / '.join(f'{v:.1f}' for v in full)} (float32, seed 141); test "
+                     f"{bf16['test_perplexity']:.1f}", None))
+    lines = ["| target | figure | verdict |", "| --- | --- | --- |"]
+    lines += [f"| {a} | {b} | {_verdict(c)} |" for a, b, c in rows]
+    profile = _json(folder / "profile" / "step_profile.json")
+    if profile:
+        lines += ["", "Where a training step's time goes (`bench.training.step_profile`: fixed "
+                  "windows of bptt, each step synchronized; busy = the union of the GPU "
+                  "kernels' intervals):", "",
+                  "| system | wall ms/step | GPU busy ms/step | idle | kernels/step |",
+                  "| --- | ---: | ---: | ---: | ---: |"]
+        for r in profile["rows"]:
+            if "wall_ms" in r and r.get("busy_ms"):
+                lines.append(f"| {r['system']} | {r['wall_ms']:.2f} | {r['busy_ms']:.2f} | "
+                             f"{r['idle_share']:.0%} | "
+                             f"{r['kernels_per_step']:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True, type=pathlib.Path,
+    p.add_argument("--report", type=pathlib.Path, metavar="FOLDER",
+                   help="write issue 41's targets from a session's stage folders; run nothing")
+    p.add_argument("--results", default=str(results_path(__file__, "gpu_session.md")))
+    p.add_argument("--out", type=pathlib.Path,
                    help="the folder that comes back from the machine ($OUT)")
-    p.add_argument("--carried", required=True, type=pathlib.Path,
+    p.add_argument("--carried", type=pathlib.Path,
                    help="the carried folder: data/penn/, awd-lstm-lm/, mos/")
     p.add_argument("--deadline", type=float, default=570.0,
                    help="seconds from the start for all the stages")
     p.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/gpu_session"))
     p.add_argument("--small", action="store_true", help="tiny stages: a check on a CPU")
     args = p.parse_args(argv)
+    if args.report:
+        publish("Issue 41's targets on a lent GPU, from one session", report(args.report),
+                args.results)
+        return 0
+    if args.out is None or args.carried is None:
+        p.error("give --out and --carried (or --report FOLDER)")
     carried = args.carried.resolve()
     missing = [x for x in ("data/penn/train.txt", "awd-lstm-lm/main.py", "mos/main.py")
                if not (carried / x).is_file()]

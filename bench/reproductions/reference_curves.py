@@ -51,6 +51,7 @@ import numpy as np
 
 from bench.harness import REPO, publish, results_path
 from bench.reproductions.parity import figure
+from bench.training.reference_throughput import reference_commit
 from tflm.testing.reference_peer import peer_to_keras_names
 
 LAUNCHER = pathlib.Path(__file__).resolve().with_name("reference_launcher.py")
@@ -410,8 +411,8 @@ def main(argv=None):
         curves["keras", seed], timings["keras", seed] = run_ours(args.preset, sets, seed, data,
                                                                  work, keras_init)
         print(f"tflm seed {seed}: {[round(v, 1) for v in curves['keras', seed]]}", flush=True)
-    commit = subprocess.run(["git", "-C", str(args.reference), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip() or "(not a git checkout)"
+    # a copy without .git would otherwise name the commit of a repository around it
+    commit = reference_commit(args.reference) or "(not a git checkout)"
     note = (f"KERAS_BACKEND={os.environ.get('KERAS_BACKEND', 'tensorflow')}; reference "
             f"checkout {commit} under reference_launcher.py's shims; {vocab_size} words; "
             f"{time.time() - start:.0f} s. Validation perplexity per epoch, "

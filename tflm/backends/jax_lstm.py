@@ -33,7 +33,11 @@ def cudnn_lstm_with_lengths(inputs, initial_h, initial_c, kernel, recurrent_kern
     if not _on_gpu():
         raise NotImplementedError("cuDNN LSTM needs a GPU")
 
-    dtype = inputs.dtype
+    given = inputs.dtype
+    # cuDNN's RNN in jaxlib lowers float32 and float16 only: bfloat16 (mixed_bfloat16) runs
+    # in float32 and returns in bfloat16
+    dtype = jnp.float32 if given == jnp.bfloat16 else given
+    inputs = jnp.asarray(inputs, dtype)
     input_size, four_n = kernel.shape
     hidden_size = four_n // 4
     bias = jnp.zeros((four_n,), dtype) if bias is None else jnp.asarray(bias, dtype)
@@ -48,5 +52,5 @@ def cudnn_lstm_with_lengths(inputs, initial_h, initial_c, kernel, recurrent_kern
             num_layers=1, dropout=0.0, bidirectional=False)
     except (RuntimeError, TypeError, ValueError) as err:
         raise NotImplementedError(f"cuDNN LSTM failed: {err}") from err
-    h, c = h[0], c[0]
+    h, c, outputs = (jnp.asarray(x, given) for x in (h[0], c[0], outputs))
     return h, (outputs if return_sequences else h[:, None]), [h, c]

@@ -1,0 +1,71 @@
+"""bench.gpu_session: the stage folders read back into issue 41's targets (each met or
+missed from its own figures), and the packing of a stage's text files."""
+
+import json
+import tarfile
+
+from bench import gpu_session
+
+
+def _write(path, value):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value) if not isinstance(value, str) else value)
+
+
+def test_the_report_reads_each_target_from_its_stage(tmp_path):
+    ref = {"epoch_seconds": [10.0, 9.0], "ms_per_batch": [14.0, 14.0], "windows": 100,
+           "targets": 140000, "wall_seconds": 40.0, "peak_mib": 600.0}
+    _write(tmp_path / "curves" / "reference_curves_gpu.json", {
+        "curves": {"keras-141": [300.0, 200.0], "keras-142": [305.0, 210.0],
+                   "peer-141": [330.0, 205.0], "peer-142": [340.0, 206.0]},
+        "timings": {"keras-141": {"epoch_seconds": [12.0, 8.0], "wall_seconds": 39.0,
+                                  "words_per_second": [9e4, 1.4e5]},
+                    "keras-142": {"epoch_seconds": [11.0, 8.0], "wall_seconds": 30.0,
+                                  "words_per_second": [9e4, 1.2e5]},
+                    "peer-141": ref, "peer-142": ref}})
+    _write(tmp_path / "torch" / "results.json",
+           {"backends": [{"train_words_per_s_steady": 90000.0}]})
+    _write(tmp_path / "mos" / "reference-141" / "stdout.txt",
+           "| epoch   1 |    20/   71 batches | lr 20.00 | ms/batch 100.00 | loss  7.83 |\n"
+           "| end of epoch   1 | time: 12.00s | valid loss  5.70 | valid ppl   298.87 |\n"
+           "reference_launcher: train windows 10, target positions 8000, peak CUDA "
+           "allocator MiB 1700.0\n")
+    _write(tmp_path / "mos" / "tflm-142" / "metrics.json",
+           {"history": [{"words_per_second": 16000.0}], "device_memory_mib": 1500.0})
+    _write(tmp_path / "bf16" / "run" / "metrics.json",
+           {"history": [{"val_perplexity": 310.0, "words_per_second": 8e4},
+                        {"val_perplexity": 199.0, "words_per_second": 1.5e5}],
+            "test_perplexity": 195.0})
+    rows = {line.split(" | ")[0].lstrip("| "): line
+            for line in gpu_session.report(tmp_path).splitlines() if line.startswith("| ")}
+    # main.py: 1,400 targets a window / 14 ms = 100,000 words/s; tflm 130,000 (mean)
+    assert rows["AWD-LSTM: fastest Keras backend's training words/s once warm >= 1.3x "
+                "main.py's"].endswith("= 1.30x | met |")
+    assert "12.0 s (seed 141, empty compilation cache) / 10.0 s = 1.20x | met" in rows[
+        "AWD-LSTM: first epoch (compiles included) <= 1.3x main.py's"]
+    assert "39.0 s" in rows["AWD-LSTM: a whole 3-epoch run takes less wall time than "
+                            "main.py's"] and "= 0.97x | met" in rows[
+        "AWD-LSTM: a whole 3-epoch run takes less wall time than main.py's"]
+    # MoS main.py: 800 targets a window / 100 ms = 8,000 words/s: 2.00x, less memory
+    assert "16,000 / 8,000 = 2.00x; peak 1500.0 / 1700.0 MiB | met" in rows[
+        "MoS: >= 1.5x zihangdai/mos main.py's training words/s, no more memory"]
+    assert "90,000 (median step, compare_frameworks) / 100,000 = 0.90x | missed" in rows[
+        "Keras on PyTorch >= 1.0x main.py"]
+    assert "150,000 vs 140,000 (1.07x); valid ppl by epoch 310.0 / 199.0 vs 300.0 / 200.0" in \
+        rows["mixed_bfloat16: speed and perplexity against float32 (measured)"]
+
+
+def test_a_stage_that_did_not_run_leaves_its_targets_out(tmp_path):
+    assert gpu_session.report(tmp_path).splitlines()[2:] == []
+
+
+def test_a_stage_is_packed_without_models_or_the_corpus_copy(tmp_path):
+    stage = tmp_path / "curves"
+    for name in ("reference_curves_gpu.md", "tflm-141/metrics.json", "text/train.txt",
+                 "tflm-141/best.keras", "reference-141/model.pt"):
+        _write(stage / name, "x")
+    archive = tmp_path / "curves.tgz"
+    gpu_session.pack(stage, archive)
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == ["curves/reference_curves_gpu.md",
+                                          "curves/tflm-141/metrics.json"]
