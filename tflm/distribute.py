@@ -11,6 +11,14 @@ carries their LSTM state in its own copy of the state variables (ON_READ). The t
 all-reduces the gradients before clipping, so a step equals the single-device step on the
 same global batch, and the reported loss / perplexity are token-weighted over the whole
 global batch.
+
+On JAX the Keras 3 way is `keras.distribution.DataParallel` (`data_parallel()`; `python -m
+zoo.train --strategy data-parallel`): one program over a mesh of devices, each batch's
+streams sharded along its batch axis, the weights replicated, and the carried LSTM state
+sharded by stream like the batches (`tflm.backends.jax_streams.stream_layout`). JAX
+computes the global program, and its random bits do not depend on how an array is sharded
+(`jax_threefry_partitionable`), so every dropout mask is the one a single device draws for
+that stream and a step equals the single-device step up to float summation order.
 """
 
 import json
@@ -22,7 +30,8 @@ import numpy as np
 
 from tflm import data
 
-STRATEGIES = ("default", "mirrored", "multi-worker")
+STRATEGIES = ("default", "mirrored", "multi-worker")  # tf.distribute (TensorFlow)
+DATA_PARALLEL = "data-parallel"  # keras.distribution.DataParallel (JAX)
 
 
 def use_logical_cpus(count):
@@ -46,10 +55,15 @@ def get_strategy(name="default", devices=None):
             `$TF_CONFIG`).
         devices: device names for "mirrored" (e.g. ["/cpu:0", "/cpu:1"]).
     """
+    if name == DATA_PARALLEL:
+        raise ValueError(f"{DATA_PARALLEL!r} is keras.distribution.DataParallel on "
+                         "KERAS_BACKEND=jax (tflm.distribute.data_parallel()); on TensorFlow "
+                         "use 'mirrored'.")
     if keras.backend.backend() != "tensorflow":
         raise ValueError(
             f"get_strategy({name!r}) is for the TensorFlow backend; with KERAS_BACKEND="
-            f"{keras.backend.backend()} use tflm.distribute.data_parallel() (JAX).")
+            f"{keras.backend.backend()} use tflm.distribute.data_parallel() (JAX; "
+            f"zoo.train --strategy {DATA_PARALLEL}).")
     import tensorflow as tf  # deferred: TensorFlow only when a strategy is used
     if name not in STRATEGIES:
         raise ValueError(f"Unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}.")
@@ -65,11 +79,21 @@ def get_strategy(name="default", devices=None):
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
-def data_parallel(devices=None):
-    """Data parallelism on the JAX backend: sets `keras.distribution.DataParallel`."""
+def data_parallel(devices=None, batch_sizes=()):
+    """Data parallelism on the JAX backend: sets and returns a
+    `keras.distribution.DataParallel` over `devices` (default: all of JAX's). Every size
+    in `batch_sizes` (the global batches the run will use) must split evenly over the
+    devices: a `ValueError` names the first that does not."""
     if keras.backend.backend() != "jax":
-        raise ValueError("data_parallel() is for KERAS_BACKEND=jax; on TensorFlow use "
-                         "get_strategy('mirrored').")
+        raise ValueError(f"{DATA_PARALLEL} (keras.distribution.DataParallel) is for "
+                         "KERAS_BACKEND=jax; on TensorFlow use the 'mirrored' strategy "
+                         "(tflm.distribute.get_strategy, zoo.train --strategy mirrored).")
+    count = len(devices) if devices else len(keras.distribution.list_devices())
+    for size in batch_sizes:
+        if int(size) % count:
+            raise ValueError(f"a batch of {size} streams does not split over {count} devices "
+                             f"under {DATA_PARALLEL}: give batch sizes that {count} divides "
+                             "(--batch-size, training.eval_batch_size)")
     distribution = keras.distribution.DataParallel(devices=devices)
     keras.distribution.set_distribution(distribution)
     return distribution

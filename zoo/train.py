@@ -65,9 +65,11 @@ def build_parser():
     p.add_argument("--finetune", metavar="RUN_DIR",
                    help="finetune the averaged best model of RUN_DIR (restart averaging, stop "
                         "on the non-monotonic rule); writes into --out")
-    p.add_argument("--strategy", default="default", choices=["default", "mirrored",
-                                                             "multi-worker"],
-                   help="tf.distribute strategy (TensorFlow backend)")
+    p.add_argument("--strategy", default="default",
+                   choices=["default", "mirrored", "multi-worker", "data-parallel"],
+                   help="mirrored / multi-worker: a tf.distribute strategy (TensorFlow); "
+                        "data-parallel: keras.distribution.DataParallel over every device "
+                        "(JAX)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any preset field, e.g. --set model.dropout=0.3 (repeatable; "
                         "values are JSON when they parse as JSON)")

@@ -11,6 +11,21 @@ def _is_tracer(value):
     return isinstance(value, jax.core.Tracer)
 
 
+def stream_layout(batch_size):
+    """The layout of `(batch_size, units)` state under `keras.distribution.DataParallel`:
+    sharded by stream along the distribution's batch axis, as the batches are, so each
+    device keeps its own streams' state (None, Keras' own choice, without one, or where
+    the devices do not divide the streams)."""
+    distribution = keras.distribution.distribution()
+    if not isinstance(distribution, keras.distribution.DataParallel):
+        return None
+    mesh = distribution.device_mesh
+    devices = mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)]
+    if batch_size % devices:
+        return None
+    return keras.distribution.TensorLayout([distribution.batch_dim_name, None], mesh)
+
+
 class JaxStreamState(EagerStreamState):
     """Non-trainable Keras variables of a fixed batch shape, carried through `jit`.
 
@@ -20,7 +35,8 @@ class JaxStreamState(EagerStreamState):
     `jit` (`LanguageModel` asks for it when fit / evaluate / predict / *_on_batch start,
     from the data's batch size); `LanguageModel.variables` then lists them, so they travel
     in the trainer's `non_trainable` state and `stateless_call` reads and assigns them.
-    They are not weights: not saved, not in `get_weights()`.
+    They are not weights: not saved, not in `get_weights()`. Under
+    `keras.distribution.DataParallel` they are sharded by stream (`stream_layout`).
 
     Without variables of the batch's size (a direct eager call, or a last partial batch)
     the store behaves as `EagerStreamState`: eager calls carry the state in Python; inside
@@ -46,9 +62,11 @@ class JaxStreamState(EagerStreamState):
         batch_size = int(batch_size)
         if self._vars is not None and self.batch_size() == batch_size:
             return False
+        layout = stream_layout(batch_size)
         self._vars = [
             tuple(keras.Variable(ops.zeros((batch_size, n), "float32"), trainable=False,
-                                 dtype="float32", name=f"stream_state_{i}_{kind}")
+                                 dtype="float32", name=f"stream_state_{i}_{kind}",
+                                 layout=layout)
                   for kind in ("h", "c"))
             for i, n in enumerate(self.sizes)]
         self._states = None

@@ -172,7 +172,22 @@ class TrainingRun:
     def train(self, run_dir, state, rewrite_config, init_from, strategy_name, finetune_from):
         """Train from `state` (a checkpoint's, or None for a new run); returns the metrics
         dict, also written to metrics.json."""
-        strategy = distribute.get_strategy(strategy_name) if strategy_name != "default" else None
+        strategy, previous = None, keras.distribution.distribution()
+        if strategy_name == distribute.DATA_PARALLEL:  # JAX: no strategy object, a global one
+            distribute.data_parallel(batch_sizes=(self.training.batch_size,
+                                                  self.training.eval_batch_size))
+        elif strategy_name != "default":
+            strategy = distribute.get_strategy(strategy_name)
+        try:
+            return self._train(run_dir, state, rewrite_config, init_from, strategy,
+                               finetune_from, previous)
+        finally:
+            keras.distribution.set_distribution(previous)
+
+    def _train(self, run_dir, state, rewrite_config, init_from, strategy, finetune_from,
+               previous):
+        """`train`'s run under `strategy` (tf.distribute) or the distribution it set (JAX),
+        which the final passes leave for `previous`."""
         jax_cache = compilation_cache.enable()  # JAX: a rerun skips the step compiles
         keras.utils.set_random_seed(self.training.seed)
         resume = state is not None
@@ -192,6 +207,8 @@ class TrainingRun:
             state, strategy, valid_ds, run_dir)
         with self.timer.phase("save"), averaged_weights(self.model):
             run_outputs.save_final(self.model, self.out, best["epoch"])
+        # the final passes run on one device: a test batch of one stream splits over none
+        keras.distribution.set_distribution(previous)
         with self.timer.phase("load_best"):
             best_model = load_model(self.out / "best.keras")
         results = self.results(history, best, speed, jax_cache)
