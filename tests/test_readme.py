@@ -34,6 +34,14 @@ def _small_windows(ids, batch_size, bptt, **kwargs):
 
 
 tflm.data.lm_dataset = _small_windows
+_lm_batches = tflm.data.lm_batches
+
+
+def _small_batches(ids, batch_size, bptt, **kwargs):
+    return _lm_batches(ids, batch_size, min(int(bptt), 10), **kwargs)
+
+
+tflm.data.lm_batches = _small_batches
 _fit = keras.Model.fit
 
 def _one_step(self, *args, **kwargs):
@@ -64,18 +72,39 @@ def readme_snippets():
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-def test_readme_python_snippets_run():
-    snippets = readme_snippets()
-    assert len(snippets) >= 3
-    code = PRELUDE + "".join(f"_run_alone({i + 1}, {textwrap.dedent(s)!r})\n"
-                             for i, s in enumerate(snippets)) + "print('README OK')\n"
+JAX_MARK = "# KERAS_BACKEND=jax"  # a snippet for JAX: run there, on two host devices
+
+
+def _for_jax(snippet):
+    return textwrap.dedent(snippet).startswith(JAX_MARK)
+
+
+def _run_snippets(numbered, env):
+    code = PRELUDE + "".join(f"_run_alone({i}, {textwrap.dedent(s)!r})\n"
+                             for i, s in numbered) + "print('README OK')\n"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=600,
-                          env=dict(os.environ, KERAS_BACKEND="tensorflow",
-                                   TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
-                                   PYTHONPATH=str(REPO)))
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
+                                   PYTHONPATH=str(REPO), **env))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "README OK" in proc.stdout
+
+
+def test_readme_python_snippets_run():
+    snippets = list(enumerate(readme_snippets(), start=1))
+    assert len(snippets) >= 3
+    _run_snippets([(i, s) for i, s in snippets if not _for_jax(s)],
+                  {"KERAS_BACKEND": "tensorflow"})
+
+
+def test_readme_jax_snippets_run_on_two_devices():
+    """The snippets marked for JAX (keras.distribution) run with KERAS_BACKEND=jax and
+    two host devices, as their first lines tell a reader to."""
+    snippets = [(i, s) for i, s in enumerate(readme_snippets(), start=1)
+                if _for_jax(s)]
+    assert snippets
+    _run_snippets(snippets, {"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+                             "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
 
 
 # --- the shell transcripts ------------------------------------------------------------------
