@@ -308,8 +308,8 @@ def run_child(args, name, backend, out):
                          "--device", args.device, "--out", out,
                          *(["--reference", args.reference] if args.reference else []),
                          *[a for s in args.set for a in ("--set", s)])
-    env = dict(os.environ, KERAS_BACKEND=backend,
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=path)  # keeps carried packages
     if args.device == "cpu":
         env.update(CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
     log = out / f"{name}.log"

@@ -33,8 +33,9 @@ assert train.main(["--epochs", "2", "--seed", "5", "--out", {str(runs["one"])!r}
 assert train.main(["--epochs", "2", "--seed", "5", "--out", {str(runs["two"])!r},
                    "--strategy", "data-parallel", *flags]) == 0
 assert keras.distribution.distribution() is None  # the run leaves none behind
+folders = {{"one": {str(runs["one"])!r}, "two": {str(runs["two"])!r}}}
 print(json.dumps({{n: json.loads(pathlib.Path(p, "metrics.json").read_text())
-                  for n, p in {{"one": {str(runs["one"])!r}, "two": {str(runs["two"])!r}}}.items()}}))
+                  for n, p in folders.items()}}))
 """, timeout=600)
     metrics = json.loads(printed.splitlines()[-1])
     one, two = metrics["one"]["history"], metrics["two"]["history"]
