@@ -174,3 +174,46 @@ def test_jax_training_pads_to_compiled_lengths_with_the_same_weights():
     assert lengths == [12, 12, 12, 12, 5]
     assert (padded_traces, exact_traces) == (1, 2)
     assert diff < 1e-5
+
+
+def test_batches_already_on_the_device_are_padded_there_too():
+    """Keras' JAX trainer hands the step each batch as a `jax.Array` on a GPU (its
+    one-batch-ahead `device_put`) and under a `keras.distribution`; those were passed on
+    unpadded, so every window length compiled a program of its own. Under `DataParallel` on
+    two host devices (the same path on a CPU), two epochs of random window lengths at the
+    covering length `zoo.train` sets compile one training program, and `_pad` pads a device
+    array on the device with the pad id and zeros."""
+    out = run_in_backend("jax", """
+        import os
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        import json
+        import jax, jax.numpy as jnp, keras, numpy as np
+        from tflm import data, distribute
+        from tflm.backends.compiled_lengths import _pad, _window
+        from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
+
+        x = jnp.arange(6, dtype=jnp.int32).reshape(2, 3)
+        padded = _pad((x, x, jnp.ones((2, 3))), 5, 0)
+        kinds = [type(a).__module__.split(".")[0] for a in padded]
+        values = [np.asarray(a).tolist() for a in padded]
+
+        distribute.data_parallel(batch_sizes=(8,))
+        model = AWDLSTM(vocab_size=50, embed_dim=8, hidden_dim=16, num_layers=2, bptt=70)
+        model.compile(optimizer=keras.optimizers.SGD(1.0))
+        model.pad_to_compiled_lengths, model.padded_windows = True, True
+        model.shortest_compiled_length = data.padded_length(data.covering_length(70), 4)
+        ids = np.random.default_rng(0).integers(0, 50, 8 * 70 * 30).astype("int32")
+        lengths = set()
+        for epoch in range(2):
+            train = data.lm_batches(ids, 8, 70, train=True, seed=1, epoch=epoch,
+                                    pad_to_multiple=4)
+            lengths |= {int(train[i][0].shape[1]) for i in range(len(train))}
+            model.fit(train, epochs=1, verbose=0)
+        print(json.dumps([_window((x, x)), kinds, values, len(lengths),
+                          model.traced_steps["train"]]))
+    """)
+    window, kinds, values, lengths, traces = json.loads(out.strip().splitlines()[-1])
+    assert window == [[2], 3] and kinds == ["jaxlib", "jaxlib", "jaxlib"]
+    assert values[0] == [[0, 1, 2, 0, 0], [3, 4, 5, 0, 0]]
+    assert values[2] == [[1, 1, 1, 0, 0], [1, 1, 1, 0, 0]]
+    assert lengths > 3 and traces == 1
