@@ -7,6 +7,12 @@
 - `top_k_predictions` / `format_top_k_table`: the k most probable next words per context,
   printed like Parthiban 2020 thesis Table 5.1.
 
+`python -m tools.divergence Q.npy [Q.npy ...] [--labels ...] [--pairs 10000] [--seed 0]
+[--json FILE]` prints Yang et al.'s Table 11 for the matrices given (tools.qmatrix exports
+them): each one's expected pairwise KL with its standard error, every matrix over the same
+sampled pairs of rows where their row counts agree (one seed), so the differences between
+models are not sampling noise of different pairs.
+
 Example:
     >>> import numpy as np
     >>> q = np.log(np.random.default_rng(0).dirichlet(np.ones(5), size=20))
@@ -15,11 +21,17 @@ Example:
     True
 """
 
+import argparse
 import dataclasses
+import pathlib
+import sys
 
 import numpy as np
 
 from tools.qmatrix_io import open_q
+from zoo.errors import UserError
+from zoo.runs import atomic_files
+from zoo.runtime.user_errors import check_output_file, one_line_errors
 
 NORMALIZATION_TOL = 1e-3  # |logsumexp(row)| allowed for a row of log-probabilities
 
@@ -212,3 +224,46 @@ def format_top_k_table(contexts, predictions, references=None, decimals=2,
         if c + 1 < len(contexts):
             lines.append("")
     return "\n".join(lines)
+
+
+@one_line_errors("tools.divergence")
+def main(argv=None):
+    """Entry point of `python -m tools.divergence`; returns the exit status."""
+    p = argparse.ArgumentParser(prog="python -m tools.divergence",
+                                description="Expected pairwise KL between the next-word "
+                                "distributions of each Q_theta (Yang et al. 2018, Table 11).")
+    p.add_argument("q", nargs="+", metavar="Q.npy", help="log-probability matrices "
+                   "(python -m tools.qmatrix)")
+    p.add_argument("--labels", nargs="+", help="one name per matrix (default: file names)")
+    p.add_argument("--pairs", type=int, default=10000, help="sampled pairs of rows")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args(argv)
+    labels = args.labels or [pathlib.Path(q).stem for q in args.q]
+    if len(labels) != len(args.q):
+        p.error(f"{len(labels)} labels for {len(args.q)} matrices; give one per matrix")
+    if args.json:
+        check_output_file(args.json, "--json", make_folders=True)
+    rows = []
+    for label, q in zip(labels, args.q):
+        try:
+            kl = expected_pairwise_kl(q, num_pairs=args.pairs, seed=args.seed)
+        except ValueError as err:  # not a Q matrix, or too few rows or pairs
+            raise UserError(f"{q}: {err}") from err
+        rows.append({"label": label, "file": str(q), "rows": int(open_q(q).shape[0]),
+                     "mean": kl.mean, "stderr": kl.stderr, "std": kl.std,
+                     "pairs": kl.num_pairs})
+    print("| model | rows | expected pairwise KL (nats) | std. error |")
+    print("| --- | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['label']} | {r['rows']:,} | {r['mean']:.4f} | {r['stderr']:.4f} |")
+    print(f"\n{args.pairs:,} pairs of distinct rows drawn with seed {args.seed} "
+          "(the same pairs for matrices of the same row count).")
+    if args.json:
+        pathlib.Path(args.json).absolute().parent.mkdir(parents=True, exist_ok=True)
+        atomic_files.write_result_json(args.json, {"seed": args.seed, "models": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
