@@ -4,6 +4,8 @@
     zoo.AWDLSTM           the language model: backbone + output head (a `tflm.LanguageModel`)
     zoo.ZarembaLSTM       Zaremba et al. 2014 / the TF PTB tutorial's model (`model.kind`
                           "zaremba"), with its backbone zoo.ZarembaBackbone
+    zoo.MogrifierLM       the Mogrifier LSTM (Melis et al. 2020) as deepmind/lamb trains it
+                          (`model.kind` "mogrifier"), with its backbone zoo.MogrifierBackbone
     zoo.from_preset(name) the model of a preset; zoo.list_presets(), zoo.load_preset(name)
     zoo.make_head(spec)   an output head by name; zoo.head_names()
     zoo.load_model(path)  a saved zoo model (.keras)
@@ -31,6 +33,8 @@ _EXPORTS = {
     "transfer_weights": "zoo.models.transfer",
     "ZarembaLSTM": "zoo.models.zaremba.zaremba_lm",
     "ZarembaBackbone": "zoo.models.zaremba.zaremba_backbone",
+    "MogrifierLM": "zoo.models.mogrifier.mogrifier_lm",
+    "MogrifierBackbone": "zoo.models.mogrifier.mogrifier_backbone",
 }
 
 __all__ = sorted(_EXPORTS)

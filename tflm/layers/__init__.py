@@ -7,8 +7,10 @@ from tflm.layers.candidate_sampler import CandidateSampler
 from tflm.layers.softmax import SoftmaxLayer
 from tflm.layers.dropout import EmbeddingDropout, LockedDropout, StreamDropout
 from tflm.layers.noise import EmbeddingNoise
+from tflm.layers.past_decode import PastDecode
 from tflm.layers.spectral_embedding import SpectralEmbedding
 from tflm.layers.lstm import WeightDropLSTM
+from tflm.layers.mogrifier import MogrifierLSTM
 from tflm.layers.gss import GSSActivation, GSSHead, SigSoftmax
 from tflm.layers.plif import PLIFHead, PLIFLayer, learning_rate_multipliers
 from tflm.layers.mos import MoCLayer, MoSLayer

@@ -80,6 +80,9 @@ class LogProbHead(keras.layers.Layer):
 
     supports_adversarial = False
     supports_sampling = False
+    # Past Decode Regularization (`tflm.layers.PastDecode`) reads the full next-word
+    # distribution in training and decodes with `project` + softmax: softmax, MoS, MoC.
+    supports_past_decode = False
     supports_factorization = False
     shares_samples_by_default = True
 

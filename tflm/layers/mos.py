@@ -67,6 +67,7 @@ class _MixtureBase(LogProbHead):
     """Shared parameterization of MoS and MoC: latent Dense(K*L)+tanh and prior Dense(K)."""
 
     supports_factorization = True
+    supports_past_decode = True
 
     def __init__(self, num_experts, embedding=None, vocab_size=None, latent_dim=None,
                  latent_dropout=0.0, seed=None, init="keras", prior_bias=False, **kwargs):

@@ -45,6 +45,7 @@ class SoftmaxLayer(LogProbHead):
     supports_adversarial = True
     supports_sampling = True
     supports_factorization = True
+    supports_past_decode = True
 
     def build(self, input_shape):
         self.build_projection(input_shape[-1])

@@ -6,6 +6,7 @@
     heads.py                output heads by name (a preset's model.head)
     awd_lstm/               AWDLSTMBackbone (awd_lstm_backbone.py), AWDLSTM (awd_lstm_lm.py)
     zaremba/                ZarembaBackbone (zaremba_backbone.py), ZarembaLSTM (zaremba_lm.py)
+    mogrifier/              MogrifierBackbone (mogrifier_backbone.py), MogrifierLM (mogrifier_lm.py)
     transfer.py             a pre-trained model's weights into one with another head
     vocabulary.py           a saved model's vocabulary checked against a corpus
     saving.py               load_model: a saved zoo model (.keras)

@@ -13,16 +13,19 @@ from zoo.models.kinds import DEFAULT_KIND
 
 # model.kind -> (module, class)
 MODEL_KINDS = {"awd_lstm": ("zoo.models.awd_lstm.awd_lstm_lm", "AWDLSTM"),
-               "zaremba": ("zoo.models.zaremba.zaremba_lm", "ZarembaLSTM")}
+               "zaremba": ("zoo.models.zaremba.zaremba_lm", "ZarembaLSTM"),
+               "mogrifier": ("zoo.models.mogrifier.mogrifier_lm", "MogrifierLM")}
 # every class zoo registers with Keras serialization ("zoo>NAME") -> its module
 SERIALIZABLE = {"AWDLSTM": "zoo.models.awd_lstm.awd_lstm_lm",
                 "AWDLSTMBackbone": "zoo.models.awd_lstm.awd_lstm_backbone",
                 "ZarembaLSTM": "zoo.models.zaremba.zaremba_lm",
-                "ZarembaBackbone": "zoo.models.zaremba.zaremba_backbone"}
+                "ZarembaBackbone": "zoo.models.zaremba.zaremba_backbone",
+                "MogrifierLM": "zoo.models.mogrifier.mogrifier_lm",
+                "MogrifierBackbone": "zoo.models.mogrifier.mogrifier_backbone"}
 
 
 def model_class(kind=DEFAULT_KIND):
-    """The class `model.kind` names ("awd_lstm", the default, or "zaremba")."""
+    """The class `model.kind` names ("awd_lstm", the default, "zaremba" or "mogrifier")."""
     if kind not in MODEL_KINDS:
         raise ConfigError(f"unknown model.kind {kind!r}; use one of "
                           f"{', '.join(sorted(MODEL_KINDS))}.")

@@ -28,6 +28,18 @@ SmallConfig / MediumConfig / LargeConfig, = the thesis' Table A.1) with the thes
 in `reference.changes` (tutorial config names, plus `num_components` K for MoS,
 `tie_weights`, `output_bias`, `output_rank`); `--model=zhang_random_search` names the
 thesis' Table A.2 result, the base of its BM / BMLG models (not a tutorial config).
+
+The Mogrifier presets (`mogrifier_*`, `model.kind` "mogrifier") mirror a tuned deepmind/lamb
+configuration (`experiment/mogrifier/config/<study>/trial_<n>/config`, run by
+`experiment/mogrifier/train_<corpus>.sh`): `reference.config` copies the entries of that
+file our model and training read, and `lamb_settings` derives what lamb derives from them,
+as lamb/lamb_flags.py does: the hidden size is the largest whose parameter count fits
+`num_params` (`lamb_hidden_size`, with `lamb_parameter_count` transcribing the model lamb
+builds: tied embedding + softmax bias, the LSTMs' W, U and per-gate biases, the mogrifier
+matrices or factors with their biases, MoS' projection with bias and its prior without),
+the embedding `round(input_embedding_ratio * hidden)`, the epochs that hold `turns *
+steps_per_turn` optimization steps, and lamb's evaluation batch size min(batch_size,
+lines // min_non_episodic_eval_examples_per_stripe) (`reference.valid_lines`, `test_lines`).
 """
 
 import argparse
@@ -131,6 +143,103 @@ def _tutorial_settings(preset):
     return out
 
 
+def lamb_parameter_count(config, hidden, vocab_size):
+    """The trainable parameters of the model deepmind/lamb builds for `config` (a lamb
+    config's entries) with `hidden` units per layer and `vocab_size` words: what lamb's
+    num_params budget counts (tied embeddings, word-level LSTM, lamb/lm.py and
+    lamb/cell.py; untied output, output projections and RHN / NAS cells are not
+    transcribed)."""
+    if not config["share_input_and_output_embeddings"]:
+        raise ConfigError("lamb_parameter_count: only tied embeddings are transcribed")
+    embed = max(1, int(round(config["input_embedding_ratio"] * hidden)))
+    rounds, rank = config["feature_mask_rounds"], config["feature_mask_rank"]
+    k = config["mos_num_components"]
+    if not k and embed != hidden:
+        raise ConfigError("lamb_parameter_count: the softmax' down-projection is not "
+                          "transcribed")
+    total = vocab_size * embed + vocab_size  # embedding (= softmax weights) + softmax bias
+    for layer in range(config["num_layers"]):
+        inputs = embed if layer == 0 else hidden
+        total += 4 * hidden * (inputs + hidden) + 4 * hidden  # W_x, W_h, B per gate
+        for j in range(rounds):  # round j gates x (inputs) when even, h when odd
+            out = inputs if j % 2 == 0 else hidden
+            rows = hidden if j % 2 == 0 else inputs
+            total += (rank * (rows + out) if rank else rows * out) + out  # + its bias
+    if k:  # utils.mixture_of_softmaxes: projection (with bias) to k x embed, prior (none)
+        total += hidden * k * embed + k * embed + hidden * k
+    return total
+
+
+def lamb_hidden_size(config, vocab_size):
+    """The largest hidden size whose `lamb_parameter_count` is at most `num_params`
+    (lamb_flags._budget_hidden_size; the count grows with the size, so a plain search)."""
+    budget = config["num_params"]
+    low, high = 1, 2
+    while lamb_parameter_count(config, high, vocab_size) <= budget:
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if lamb_parameter_count(config, middle, vocab_size) <= budget:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def lamb_settings(preset):
+    """{dotted preset field: value} that the preset's deepmind/lamb config implies."""
+    ref = preset["reference"]
+    c = ref["config"]
+    for key, wanted in (("model", "lstm"), ("tie_forget_and_input_gates", False),
+                        ("update_dropout", 0.0), ("token_dropout", 0.0),
+                        ("embedding_dropout", 0.0), ("activation_norm_penalty", 0.0),
+                        ("num_training_samples", 1), ("eval_method", "deterministic"),
+                        ("rmsprop_beta2", 0.999), ("rmsprop_epsilon", 1e-8),
+                        ("cell_init_factor", 1.0), ("embedding_init_factor", 1.0)):
+        if c.get(key, wanted) != wanted:
+            raise ConfigError(f"lamb config {key}={c[key]!r}: only {wanted!r} is built")
+    if c["optimizer_type"] not in ("rmsprop", "adam"):
+        raise ConfigError(f"lamb config optimizer_type={c['optimizer_type']!r}: rmsprop "
+                          "(Adam with beta1 = 0) or adam")
+    # lamb's vocabulary: the corpus' words (ours count <eos>), its own <UNK> and eos
+    vocab = preset["corpus"]["vocab_size"] + 1
+    hidden = lamb_hidden_size(c, vocab)
+    k = c["mos_num_components"]
+    downprojected = c["downprojected_output_dropout"]
+    batch, bptt = c["batch_size"], c["max_time_steps"]
+    windows = -(-(ref["train_tokens"] // batch - 1) // bptt)  # fixed windows of one pass
+    per_stripe = c["min_non_episodic_eval_examples_per_stripe"]
+    out = {"model.kind": "mogrifier", "model.hidden_dim": hidden,
+           "model.embed_dim": max(1, int(round(c["input_embedding_ratio"] * hidden))),
+           "model.num_layers": c["num_layers"], "model.rounds": c["feature_mask_rounds"],
+           "model.rank": c["feature_mask_rank"],  # 0: full matrices, in both
+           "model.input_dropout": c["input_dropout"],
+           "model.inter_layer_dropout": (c["input_dropout"] if c["inter_layer_dropout"] < 0
+                                         else c["inter_layer_dropout"]),
+           "model.state_dropout": c["state_dropout"],
+           "model.output_dropout": c["output_dropout"],
+           "model.shared_mask_dropout": c["shared_mask_dropout"],
+           "model.skip_connections": c["lstm_skip_connection"],
+           "model.cap_input_gate": c["cap_input_gate"], "model.forget_bias": c["forget_bias"],
+           "model.tie_weights": c["share_input_and_output_embeddings"],
+           "model.init": "lamb", "model.head.type": "mos" if k else "softmax",
+           "training.optimizer": "adam",
+           "training.adam_beta_1": (0.0 if c["optimizer_type"] == "rmsprop"
+                                    else c["adam_beta1"]),
+           "training.lr": c["learning_rate"], "training.weight_decay": c["l2_penalty"],
+           "training.clip_norm": c["max_grad_norm"], "training.batch_size": batch,
+           "training.bptt": bptt, "training.seed": c["seed"],
+           "training.loss_reduction": "sum_over_time", "training.fixed_windows": True,
+           "training.epochs": round(c["turns"] * c["steps_per_turn"] / windows),
+           "training.eval_batch_size": max(1, min(batch, ref["valid_lines"] // per_stripe)),
+           "training.test_batch_size": max(1, min(batch, ref["test_lines"] // per_stripe))}
+    if k:
+        out.update({"model.head.num_experts": k,
+                    "model.head.latent_dropout": (c["output_dropout"] if downprojected < 0
+                                                  else downprojected)})
+    return out
+
+
 def parse_command(command, defaults):
     """The flag values of `command` (a `python main.py --flag value ...` line) over
     `defaults`, as argparse reads them (unique prefixes allowed; a flag whose default is a
@@ -212,6 +321,8 @@ def implied_settings(preset):
         return _thesis_settings(preset)
     if ref.get("code") == "tensorflow/models":
         return _tutorial_settings(preset)
+    if ref.get("code") == "deepmind/lamb":
+        return lamb_settings(preset)
     code = ref["code"]
     if code not in REFERENCE_DEFAULTS:
         raise ConfigError(f"reference.code {code!r}: no defaults recorded for it; known: "

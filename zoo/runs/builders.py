@@ -64,7 +64,7 @@ def _plain_optimizer(training):
     if training.optimizer == "asgd":
         return optimizers.AveragedSGD(training.lr, learning_rate_multipliers=multipliers)
     if training.optimizer == "adam":  # torch's Adam, the window factor in its step size
-        return optimizers.Adam(training.lr)
+        return optimizers.Adam(training.lr, beta_1=training.adam_beta_1)
     raise ConfigError(f"unknown optimizer {training.optimizer!r} in training.optimizer; use "
                       "sgd, asgd or adam.")
 

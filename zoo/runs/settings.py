@@ -62,6 +62,8 @@ _TRAINING_RULES = (
     (("loss_reduction",), lambda v: v in ("token_mean", "sum_over_time"),
      "'token_mean' (NLL averaged over tokens) or 'sum_over_time' (summed over time, "
      "averaged over streams: TensorFlow's PTB tutorial)"),
+    (("adam_beta_1",), lambda v: is_number(v) and 0 <= v < 1,
+     "a number in [0, 1) (Adam's beta_1; 0 is deepmind/lamb's 'rmsprop')"),
     (("flooding_level",), lambda v: v is None or is_number(v),
      "a finite number (the flood level b) or null"),
     (("learning_rate_multipliers",),
@@ -149,7 +151,8 @@ class TrainingSettings:
     partial_shuffle (Press 2019), pad_to_multiple (None: 4 on JAX, else 1),
     pad_to_compiled_lengths (JAX), eval_window ("auto", "bptt" or a length),
     xla_evaluation ("auto", true, false).
-    Optimisation: optimizer ("sgd", "asgd", "adam"), lr, learning_rate_multipliers,
+    Optimisation: optimizer ("sgd", "asgd", "adam"; adam_beta_1, default 0.9), lr,
+    learning_rate_multipliers,
     clip_norm, weight_decay, loss_reduction, flooding_level; averaging switch ("nonmono",
     "epoch", None) with nonmono / switch_epoch; schedule: when (lr / 10 after the listed
     epochs) or lr_decay after decay_after epochs.
@@ -171,6 +174,7 @@ class TrainingSettings:
     eval_window: object = "auto"
     xla_evaluation: object = "auto"
     optimizer: str = "sgd"
+    adam_beta_1: float = 0.9
     lr: float = 30.0
     learning_rate_multipliers: object = None
     clip_norm: float = 0.25

@@ -81,7 +81,7 @@ def test_an_unknown_top_level_key_is_refused():
     ("training.switch=sometimes", "unknown training.switch 'sometimes'; use nonmono"),
     ("training.learning_rate_multipliers=3", "training.learning_rate_multipliers must be an "
                                              "object"),
-    ("model.kind=gru", "unknown model.kind 'gru'; use one of awd_lstm, zaremba."),
+    ("model.kind=gru", "unknown model.kind 'gru'; use one of awd_lstm, mogrifier, zaremba."),
     ("corpus.kind=gauss", "unknown synthetic corpus kind 'gauss' (corpus.kind)"),
 ])
 def test_a_value_of_the_wrong_type_is_refused(override, message):

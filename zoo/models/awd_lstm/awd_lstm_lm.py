@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tflm.layers.past_decode import PastDecode
 from tflm.padding import masked_mean
 from zoo.models.awd_lstm.awd_lstm_backbone import AWDLSTMBackbone
 from zoo.models.backbone_head_model import BackboneHeadModel
@@ -21,6 +22,7 @@ class AWDLSTM(BackboneHeadModel):
 
         g, layers = AWDLSTMBackbone(w);   log P(. | c) = head(g)   (DOC: head(layers))
         extra loss (training): alpha * mean(g^2) + beta * mean((r_L[t+1] - r_L[t])^2)
+                               [+ past_decode * L_PDR]
 
     with g the last layer's dropped output and r_L its raw (undropped) output. The backbone
     (`model.backbone`) returns every layer's hidden states; its parts are also reachable as
@@ -41,6 +43,11 @@ class AWDLSTM(BackboneHeadModel):
             `lstm_biases=2` trains PyTorch's two LSTM biases: with both, the model is
             parametrized and initialised as the reference implementations.
         alpha, beta: AR and TAR coefficients (2.0, 1.0).
+        past_decode: lambda_PDR of Past Decode Regularization (Brahma 2019,
+            `tflm.layers.PastDecode`: the last input word decoded from the predicted
+            next-word distribution through E, a stateless tanh layer and the head's decoder;
+            its cross-entropy, times lambda_PDR, joins the training loss). Heads: softmax,
+            MoS, MoC. Default 0 (off; the layer and its weights exist only when on).
         freeze_base: train the head's own weights only (a NeuralODE or flow head put on a
             pre-trained model, the "freeze" rows of Andonov 2019 Tables 7.3-7.10): the
             backbone, with the tied embedding and output bias, and a flow's base head
@@ -64,7 +71,7 @@ class AWDLSTM(BackboneHeadModel):
                  dropout_e=0.1, weight_dropout=0.5, alpha=2.0, beta=1.0, head="softmax",
                  use_cudnn="auto", seed=None, init="keras", lstm_biases=1, embedding_noise=0.0,
                  cosine_regularization=0.0, spectrum_control=None, freeze_base=False,
-                 **kwargs):
+                 past_decode=0.0, **kwargs):
         super().__init__(**kwargs)
         with self.own_dtype_policy():
             self.backbone = AWDLSTMBackbone(
@@ -78,6 +85,14 @@ class AWDLSTM(BackboneHeadModel):
             self.vocab_size = self.backbone.vocab_size
             self.tie_weights = self.backbone.tie_weights
             self.head = self._build_head(head, init=self.backbone.init)
+            self.past_decode = float(past_decode)
+            if not self.past_decode >= 0.0:
+                raise ValueError(f"past_decode (lambda_PDR) must be >= 0; got {past_decode!r}.")
+            # Made only when on: a model without it has the variables of earlier releases.
+            self.past_decode_layer = (
+                PastDecode(self.past_decode, embedding=self.embedding, head=self.head,
+                           init=self.backbone.init, name="past_decode")
+                if self.past_decode else None)
         self.alpha, self.beta = float(alpha), float(beta)
         self.freeze_base = bool(freeze_base)
         if self.freeze_base and not self.tie_weights:
@@ -93,6 +108,8 @@ class AWDLSTM(BackboneHeadModel):
         # `summary()` shows (batch, time, ...) rather than a dummy window's sizes.
         with self.own_dtype_policy():
             self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
+            if self.past_decode_layer is not None:
+                self.past_decode_layer.build()
         if self.freeze_base:
             self.backbone.trainable = False  # with it the tied embedding the head uses
             if getattr(self.head, "base", None) is not None:
@@ -101,6 +118,17 @@ class AWDLSTM(BackboneHeadModel):
                 raise ValueError(f"freeze_base=True leaves nothing to train: the "
                                  f"{type(self.head).__name__} head has no weights of its own.")
         self.built = True
+
+    @property
+    def picks_targets_in_training(self):
+        # PDR reads the whole next-word distribution: the head must give all of it.
+        return self.past_decode_layer is None and super().picks_targets_in_training
+
+    def _forward(self, tokens, states=None, training=False, targets=None):
+        log_probs, new_states = super()._forward(tokens, states, training, targets)
+        if training and self.past_decode_layer is not None:
+            self.past_decode_layer(log_probs, tokens, training=True)  # adds lambda L_PDR
+        return log_probs, new_states
 
     def _add_training_losses(self, out):
         self._add_activation_regularization(out["raw_layer_outputs"][-1],
@@ -123,4 +151,6 @@ class AWDLSTM(BackboneHeadModel):
         config.update({key: backbone[key] for key in BACKBONE_ARGS})
         config.update(vocab_size=self.vocab_size, alpha=self.alpha, beta=self.beta,
                       head=self._head_config(), freeze_base=self.freeze_base)
+        if self.past_decode:  # only when on: earlier saved configs stay as they were
+            config["past_decode"] = self.past_decode
         return config
