@@ -3,6 +3,8 @@
     registry.py             model.kind -> the family's class (MODEL_KINDS)
     kinds.py                the default kind, the training fields a model owns
     backbone_head_model.py  BackboneHeadModel: backbone + output head, what every family shares
+    backbone_call.py        what every backbone's call shares: padding split, a layer from
+                            its carried state, the outputs dict
     heads.py                output heads by name (a preset's model.head)
     awd_lstm/               AWDLSTMBackbone (awd_lstm_backbone.py), AWDLSTM (awd_lstm_lm.py)
     zaremba/                ZarembaBackbone (zaremba_backbone.py), ZarembaLSTM (zaremba_lm.py)

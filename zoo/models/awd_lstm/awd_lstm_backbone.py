@@ -1,12 +1,11 @@
 """The AWD-LSTM backbone: tokens -> the hidden states of every layer (no output head)."""
 
 import keras
-from keras import ops
 
 from tflm.layers import (EmbeddingDropout, EmbeddingNoise, LockedDropout, SpectralEmbedding,
                          TiedEmbedding, WeightDropLSTM)
-from tflm.padding import padding_mask, without_padding
 from tflm.regularizers import CosineSimilarityRegularizer
+from zoo.models.backbone_call import backbone_outputs, run_layer, split_padding
 
 
 def _seed(seed, offset):
@@ -151,10 +150,7 @@ class AWDLSTMBackbone(keras.layers.Layer):
         self.built = True
 
     def call(self, tokens, states=None, training=False):
-        tokens = ops.cast(tokens, "int32")
-        mask = padding_mask(tokens)
-        if mask is not None:
-            tokens = without_padding(tokens)
+        tokens, mask = split_padding(tokens)
         x = self.embedding(tokens)
         x = self.embedding_dropout(tokens, x, training=training)
         if self.noise is not None:
@@ -162,23 +158,15 @@ class AWDLSTMBackbone(keras.layers.Layer):
         x = self.input_dropout(x, training=training)
         new_states, layer_outputs, raw_outputs = [], [], []
         for i, lstm in enumerate(self.lstms):
-            # the carried state is float32 under a mixed policy too; the layer computes in
-            # its own dtype within the window
-            initial = None if states is None else [ops.cast(s, lstm.compute_dtype)
-                                                   for s in states[i]]
-            raw, h, c = lstm(x, initial_state=initial, mask=mask, training=training)
-            h, c = ops.cast(h, "float32"), ops.cast(c, "float32")
-            new_states.append((h, c))
+            raw, state = run_layer(lstm, x, None if states is None else states[i], mask,
+                                   training)
+            new_states.append(state)
             raw_outputs.append(raw)
             dropout = (self.hidden_dropouts[i] if i < self.num_layers - 1
                        else self.output_dropout)
             x = dropout(raw, training=training)
             layer_outputs.append(x)
-        out = {"sequence_output": x, "layer_outputs": layer_outputs,
-               "raw_layer_outputs": raw_outputs, "states": new_states}
-        if mask is not None:
-            out["padding_mask"] = mask
-        return out
+        return backbone_outputs(x, layer_outputs, raw_outputs, new_states, mask)
 
     def get_config(self):
         config = super().get_config()

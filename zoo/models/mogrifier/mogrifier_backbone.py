@@ -1,10 +1,9 @@
 """The Mogrifier LSTM backbone: tokens -> the hidden states of every layer (no output head)."""
 
 import keras
-from keras import ops
 
 from tflm.layers import LockedDropout, MogrifierLSTM, StreamDropout, TiedEmbedding
-from tflm.padding import padding_mask, without_padding
+from zoo.models.backbone_call import backbone_outputs, run_layer, split_padding
 
 
 def _seed(seed, offset):
@@ -138,21 +137,15 @@ class MogrifierBackbone(keras.layers.Layer):
         self.built = True
 
     def call(self, tokens, states=None, training=False):
-        tokens = ops.cast(tokens, "int32")
-        mask = padding_mask(tokens)
-        if mask is not None:
-            tokens = without_padding(tokens)
+        tokens, mask = split_padding(tokens)
         x = self.input_dropout(self.embedding(tokens), training=training)
         new_states, raw_outputs = [], []
         for i, lstm in enumerate(self.lstms):
             if i > 0:
                 x = self.inter_layer_dropouts[i - 1](x, training=training)
-            # the carried state is float32 under a mixed policy too; the layer computes in
-            # its own dtype within the window
-            initial = None if states is None else [ops.cast(s, lstm.compute_dtype)
-                                                   for s in states[i]]
-            x, h, c = lstm(x, initial_state=initial, mask=mask, training=training)
-            new_states.append((ops.cast(h, "float32"), ops.cast(c, "float32")))
+            x, state = run_layer(lstm, x, None if states is None else states[i], mask,
+                                 training)
+            new_states.append(state)
             raw_outputs.append(x)
         summed = raw_outputs[0]
         if self.skip_connections:
@@ -163,11 +156,7 @@ class MogrifierBackbone(keras.layers.Layer):
         g = self.output_dropout(summed, training=training)
         if self.projection is not None:
             g = self.projection_dropout(self.projection(g), training=training)
-        out = {"sequence_output": g, "layer_outputs": raw_outputs[:-1] + [g],
-               "raw_layer_outputs": raw_outputs, "states": new_states}
-        if mask is not None:
-            out["padding_mask"] = mask
-        return out
+        return backbone_outputs(g, raw_outputs[:-1] + [g], raw_outputs, new_states, mask)
 
     def get_config(self):
         config = super().get_config()
