@@ -104,3 +104,40 @@ def without_native_log_lines(text):
     prints mid-run on some CPUs whatever zoo.runtime.quiet_start filtered at start-up)."""
     return "".join(line for line in text.splitlines(keepends=True)
                    if not _NATIVE_LOG_LINE.match(line))
+
+
+# Backend variants of a test whose sibling variants stay in CI: the long tier (-m slow) runs
+# them, so CI keeps one or two backends of each check and stays nearer its 15 minutes.
+# Durations: the full suite on the 2-core CI machine, `--durations`, 2026-11-28.
+SLOW_VARIANTS = {
+    "tests/tflm/layers/test_cnf_heads.py::test_flow_heads_fit_and_reload[torch]",  # 21 s
+    "tests/tflm/layers/test_importance_sampling.py::"
+    "test_sampled_softmax_trains_under_fit_and_reloads[torch]",  # 17 s
+    "tests/tflm/test_language_model.py::"
+    "test_evaluate_is_the_models_nll_whatever_the_window_length[jax-softmax]",  # 22 s
+    "tests/tflm/test_language_model.py::"
+    "test_evaluate_is_the_models_nll_whatever_the_window_length[torch-doc]",  # 17 s
+    'tests/tflm/test_padding.py::test_training_on_padded_windows_equals_unpadded[torch-{"type":'
+    ' "doc", "num_components_per_layer": [0, 2, 3], "cv_regularization": 0.05}]',  # 11 s
+    "tests/tflm/layers/test_past_decode.py::"
+    "test_pdr_value_fit_and_reload_on_other_backends[jax]",  # 15 s
+    "tests/zoo/models/test_mogrifier.py::test_fit_on_other_backends[torch-mos]",  # 17 s
+    "tests/tflm/layers/test_mogrifier.py::test_other_backends_match_the_equations[torch]",  # 10 s
+    "tests/tflm/layers/test_mos_recompute.py::"
+    "test_recomputed_mixture_equals_batched_autodiff[jax]",  # 13 s
+    "tests/zoo/test_cache_pointer.py::"
+    "test_other_backends_equal_the_direct_computation[torch]",  # 10 s
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marks
+def pytest_collection_modifyitems(config, items):
+    ids = {item.nodeid for item in items}
+    files = {item.nodeid.split("::")[0] for item in items}
+    missing = [v for v in SLOW_VARIANTS if v.split("::")[0] in files and v not in ids]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py SLOW_VARIANTS names tests that no longer "
+                                f"exist (renamed?): {missing}")
+    for item in items:
+        if item.nodeid in SLOW_VARIANTS:
+            item.add_marker(pytest.mark.slow)
