@@ -7,6 +7,7 @@ import pytest
 import keras
 import tensorflow as tf
 
+from tests.numeric_grad import numeric_grad
 from tflm.data import batchify, partial_shuffle
 from tflm.layers import EmbeddingNoise, SpectralEmbedding, TiedEmbedding
 from tflm.layers.spectral_embedding import derived_decay_constants
@@ -24,17 +25,6 @@ def _value_and_grad(fn, x):
     return float(out), tape.gradient(out, v).numpy()
 
 
-def _numeric_grad(fn, x, h=1e-6):
-    x = np.asarray(x, np.float64)
-    grad = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[idx] += h
-        down[idx] -= h
-        grad[idx] = (fn(up) - fn(down)) / (2 * h)
-    return grad
-
-
 def cosreg_pairs(e, gamma):
     """The O(N^2) definition: gamma / N^2 sum_{i != j} cos(e_i, e_j)."""
     unit = e / np.linalg.norm(e, axis=1, keepdims=True)
@@ -47,7 +37,7 @@ def test_cosreg_linear_form_equals_pairwise_definition_value_and_gradient():
     e = RNG.normal(size=(7, 4)).astype("float32") + 0.3
     value, grad = _value_and_grad(CosineSimilarityRegularizer(0.7), e)
     assert value == pytest.approx(cosreg_pairs(e.astype(np.float64), 0.7), rel=1e-5)
-    expected = _numeric_grad(lambda x: cosreg_pairs(x, 0.7), e)
+    expected = numeric_grad(lambda x: cosreg_pairs(x, 0.7), e)
     np.testing.assert_allclose(grad, expected, atol=1e-5)
 
 
@@ -70,7 +60,7 @@ def test_orthogonality_penalty_value_and_gradient():
     reg = OrthogonalityRegularizer(0.3, 0.2)
     value, grad = _value_and_grad(reg, w)
     assert value == pytest.approx(orthogonality(w.astype(np.float64), 0.3, 0.2), rel=1e-5)
-    expected = _numeric_grad(lambda x: orthogonality(x, 0.3, 0.2), w)
+    expected = numeric_grad(lambda x: orthogonality(x, 0.3, 0.2), w)
     np.testing.assert_allclose(grad, expected, rtol=1e-3, atol=1e-4)
     q, _ = np.linalg.qr(RNG.normal(size=(6, 3)))
     assert float(reg(q.astype("float32"))) == pytest.approx(0.0, abs=1e-10)

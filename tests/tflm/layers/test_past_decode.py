@@ -12,6 +12,7 @@ import keras
 import tensorflow as tf
 
 from tests.backends import run_in_backend
+from tests.numeric_grad import numeric_grad
 from tests.tflm.layers.test_heads_backends import np_log_softmax
 from tflm.layers import (DOCLayer, GSSHead, MoCLayer, MoSLayer, PastDecode, SoftmaxLayer,
                          TiedEmbedding)
@@ -33,17 +34,6 @@ def np_past_decode_loss(log_probs, tokens, embeddings, kernel, bias, decoder, de
     real = tokens >= 0
     nll = -np.take_along_axis(log_past, np.maximum(tokens, 0)[..., None], -1)[..., 0]
     return float((nll * real).sum() / real.sum())
-
-
-def _numeric_grad(fn, x, h=1e-6):
-    x = np.asarray(x, np.float64)
-    grad = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[idx] += h
-        down[idx] -= h
-        grad[idx] = (fn(up) - fn(down)) / (2 * h)
-    return grad
 
 
 def _problem(batch=2, time=4, vocab=9, d_e=5, d_d=5):
@@ -97,10 +87,10 @@ def test_gradients_reach_the_prediction_and_the_stateless_layer():
         return np_past_decode_loss(np_log_softmax(q["logits"]), q["tokens"], q["embeddings"],
                                    w, q["bias"], q["decoder"], q["decoder_bias"])
 
-    expected_logits = _numeric_grad(from_logits, q["logits"])
+    expected_logits = numeric_grad(from_logits, q["logits"])
     assert np.abs(expected_logits).max() > 1e-3
     np.testing.assert_allclose(grad_logits.numpy(), expected_logits, atol=2e-5)
-    np.testing.assert_allclose(grad_kernel.numpy(), _numeric_grad(from_kernel, q["kernel"]),
+    np.testing.assert_allclose(grad_kernel.numpy(), numeric_grad(from_kernel, q["kernel"]),
                                atol=2e-5)
 
 
