@@ -39,7 +39,6 @@ tail), `session.json` (the same, machine-read) and `<stage>.tgz` for each stage 
 
 import argparse
 import json
-import re
 import statistics
 import os
 import pathlib
@@ -170,29 +169,28 @@ def _verdict(met):
 
 
 def _mos_reference(folder):
-    """zihangdai/mos main.py's words/s (mean window over its median ms/batch) and peak MiB
-    from the first reference run's output under `folder`, or (None, None)."""
-    from bench.reproductions.reference_curves import reference_timing  # deferred: Keras
+    """zihangdai/mos main.py's words/s (`reference_words_per_second`) and peak MiB from the
+    first reference run's output under `folder`, or (None, None)."""
+    from bench.reproductions.reference_curves import (  # deferred: Keras
+        reference_timing, reference_words_per_second)
     for stdout in sorted(folder.glob("reference-*/stdout.txt")):
         t = reference_timing(stdout.read_text())
-        ms = [m for m in t["ms_per_batch"] if m] or [
-            statistics.median(float(x) for x in re.findall(r"ms/batch\s+([\d.]+)",
-                                                            stdout.read_text()))]
-        if t.get("windows") and ms:
-            return t["targets"] / t["windows"] / ms[-1] * 1e3, t.get("peak_mib")
+        words = reference_words_per_second(t)
+        if words:
+            return words, t.get("peak_mib")
     return None, None
 
 
 def report(folder):
     """Issue 41's targets from a session's stage folders: a markdown body."""
+    from bench.reproductions.reference_curves import reference_words_per_second  # deferred: Keras
     curves = _json(folder / "curves" / "reference_curves_gpu.json")
     rows, t = [], (curves or {}).get("timings", {})
     ours = [v for k, v in t.items() if k.startswith("keras-")]
     theirs = [v for k, v in t.items() if k.startswith("peer-")]
     ref_words = None
     if ours and theirs:
-        ref_words = statistics.mean(r["targets"] / r["windows"] / r["ms_per_batch"][-1] * 1e3
-                                    for r in theirs)
+        ref_words = statistics.mean(reference_words_per_second(r) for r in theirs)
         jax_words = statistics.mean(r["words_per_second"][-1] for r in ours)
         cold = t["keras-141"]
         ref_first = statistics.mean(r["epoch_seconds"][0] for r in theirs)

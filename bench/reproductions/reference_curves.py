@@ -168,6 +168,16 @@ def reference_timing(stdout):
     return timing
 
 
+def reference_words_per_second(timing, epoch=-1):
+    """main.py's training words/s in `epoch` of a `reference_timing`: its mean window
+    (target positions / windows, the launcher's counts) over that epoch's median `ms/batch`;
+    None without both."""
+    ms = timing["ms_per_batch"][epoch] if timing["ms_per_batch"] else None
+    if not ms or not timing.get("windows"):
+        return None
+    return timing["targets"] / timing["windows"] / ms * 1e3
+
+
 def cut_split(lines, max_tokens):
     """The first whole lines of a split holding at most `max_tokens` tokens (each line's
     words and its end of sentence); all of them for None."""
@@ -313,12 +323,8 @@ def timing_table(timings):
     lines = ["| side | seed | epoch 1 s | last epoch s | words/s, last epoch | whole run s | "
              "peak MiB |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for (side, seed), t in sorted(timings.items()):
-        if side == "keras":
-            words = t["words_per_second"][-1]
-        else:
-            ms = t["ms_per_batch"][-1]
-            words = (t["targets"] / t["windows"] / ms * 1e3
-                     if ms and t.get("windows") else None)
+        words = (t["words_per_second"][-1] if side == "keras"
+                 else reference_words_per_second(t))
         peak = "-" if t.get("peak_mib") is None else f"{t['peak_mib']:,.0f}"
         words = "-" if words is None else f"{words:,.0f}"
         lines.append(f"| {'tflm' if side == 'keras' else 'main.py'} | {seed} | "

@@ -82,11 +82,6 @@ def keras_device(backend, device):
     return False, cpu_description()
 
 
-def gpu_peak_mib(framework):
-    """Peak GPU allocator memory of `framework` ("tensorflow", "jax" or "torch"), MiB."""
-    return device_memory.peak_mib(framework)
-
-
 def add_memory(result, framework, on_gpu, rss_after_imports=None):
     """Peak memory into `result`: the GPU allocator's peak on a GPU, else the peak RSS.
 
@@ -100,7 +95,7 @@ def add_memory(result, framework, on_gpu, rss_after_imports=None):
         result["rss_after_imports_mib"] = rss_after_imports
         result["peak_rss_added_mib"] = result["peak_rss_mib"] - rss_after_imports
     if on_gpu:
-        result["peak_memory_mib"] = gpu_peak_mib(framework)
+        result["peak_memory_mib"] = device_memory.peak_mib(framework)
         result["memory_kind"] = "GPU allocator peak"
     else:
         result["peak_memory_mib"] = result["peak_rss_mib"]

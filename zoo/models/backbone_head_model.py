@@ -64,6 +64,20 @@ class BackboneHeadModel(LanguageModel):
         finally:
             keras.config.set_dtype_policy(previous)
 
+    def build(self, input_shape=None):
+        """Build every layer from shapes alone (`trace_shapes`)."""
+        if self.built:
+            return
+        self.trace_shapes()
+        self.built = True
+
+    def trace_shapes(self):
+        """The forward pass on symbolic `(None, None)` tokens under the model's dtype policy:
+        every layer builds from shapes alone and records `(batch, time, ...)`, which
+        `summary()` shows, rather than a dummy window's sizes."""
+        with self.own_dtype_policy():
+            self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
+
     @property
     def embedding(self):
         """The backbone's `TiedEmbedding` (shared with a tied head)."""

@@ -104,11 +104,9 @@ class AWDLSTM(BackboneHeadModel):
     def build(self, input_shape=None):
         if self.built:
             return
-        # Symbolic tokens of shape (None, None): every layer records those shapes, so
-        # `summary()` shows (batch, time, ...) rather than a dummy window's sizes.
-        with self.own_dtype_policy():
-            self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
-            if self.past_decode_layer is not None:
+        self.trace_shapes()
+        if self.past_decode_layer is not None:
+            with self.own_dtype_policy():
                 self.past_decode_layer.build()
         if self.freeze_base:
             self.backbone.trainable = False  # with it the tied embedding the head uses

@@ -89,13 +89,6 @@ class MogrifierLM(BackboneHeadModel):
             self.head = self._build_head(head)
         self.freeze_base = False
 
-    def build(self, input_shape=None):
-        if self.built:
-            return
-        with self.own_dtype_policy():
-            self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
-        self.built = True
-
     def get_config(self):
         config = super().get_config()
         backbone = self.backbone.get_config()

@@ -68,8 +68,7 @@ class ZarembaLSTM(BackboneHeadModel):
     def build(self, input_shape=None):
         if self.built:
             return
-        with self.own_dtype_policy():
-            self._forward(keras.KerasTensor((None, None), "int32"), None, training=False)
+        self.trace_shapes()
         for variable in self.head.weights:
             uniform = uniform_initializer(self.backbone.init_scale)
             variable.assign(uniform(variable.shape, variable.dtype))
