@@ -32,6 +32,7 @@ class WordsPerSecond(keras.callbacks.Callback):
         train_seconds        epoch begin -> the end of the last training batch
         first_step_seconds   epoch begin -> the end of the first batch (tracing / compiling
                              the step lands here on TensorFlow and JAX)
+        train_steps          the training batches of the epoch
         validation_seconds   `fit`'s validation pass (0 without validation data)
         epoch_seconds        epoch begin -> epoch end (all of the above)
 
@@ -50,14 +51,17 @@ class WordsPerSecond(keras.callbacks.Callback):
         self.last = None
         self._lock = threading.Lock()
         self._start = self._first = self._last_batch = self._test_start = self._test_end = None
+        self._steps = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
         self._first = self._last_batch = self._test_start = self._test_end = None
+        self._steps = 0
 
     def on_train_batch_end(self, batch, logs=None):
         with self._lock:  # so the last call sets the end of the loop
             self._last_batch = time.perf_counter()
+            self._steps += 1
             if self._first is None:
                 self._first = self._last_batch - self._start
 
@@ -79,6 +83,7 @@ class WordsPerSecond(keras.callbacks.Callback):
             logs["epoch_seconds"] = seconds
             logs["train_seconds"] = train
             logs["first_step_seconds"] = self._first or 0.0
+            logs["train_steps"] = self._steps
             logs["validation_seconds"] = ((self._test_end or end) - self._test_start
                                           if self._test_start is not None else 0.0)
 

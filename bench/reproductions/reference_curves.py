@@ -268,7 +268,7 @@ def write_same_init(checkout, config, seed, vocab_size, folder):
 
 
 def run_reference(checkout, config, seed, epochs, data, work, cuda, resume=None,
-                  real_length_rate=False, log_interval=200):
+                  real_length_rate=False, log_interval=200, gc_collect=True):
     """main.py's validation curve and its timings (`reference_timing`, with the process's
     wall seconds)."""
     folder = work / f"reference-{seed}"
@@ -278,6 +278,7 @@ def run_reference(checkout, config, seed, epochs, data, work, cuda, resume=None,
             (folder / name).symlink_to(pathlib.Path(checkout).resolve() / name)
     command = [sys.executable, str(LAUNCHER), str(checkout),
                *(["--real-length-rate"] if real_length_rate else []),
+               *([] if gc_collect else ["--no-gc-collect"]),
                *reference_flags(config, seed, epochs, data, folder / "model.pt", cuda,
                                 log_interval),
                *(["--resume", str(resume)] if resume else [])]
@@ -373,6 +374,10 @@ def main(argv=None):
                    help="real: main.py's cut last window trains at lr x real / bptt "
                    "(reference_launcher.py --real-length-rate, an experiment); drawn: as "
                    "main.py does")
+    p.add_argument("--reference-gc", choices=("on", "off"), default="on",
+                   help="off: main.py's gc.collect() calls return at once "
+                   "(reference_launcher.py --no-gc-collect, a speed experiment: zihangdai/mos "
+                   "collects the heap after every small batch); on: as main.py does")
     p.add_argument("--log-interval", type=int, default=200,
                    help="main.py's --log-interval: its ms/batch lines, read for its words/s "
                    "(default 200, main.py's own; lower for a cut text of few batches)")
@@ -412,7 +417,7 @@ def main(argv=None):
         curves["peer", seed], timings["peer", seed] = run_reference(
             args.reference, config, seed, args.epochs, data, work, args.device == "gpu",
             resume=torch_init, real_length_rate=args.reference_rate == "real",
-            log_interval=args.log_interval)
+            log_interval=args.log_interval, gc_collect=args.reference_gc == "on")
         print(f"reference seed {seed}: {[round(v, 1) for v in curves['peer', seed]]}", flush=True)
         curves["keras", seed], timings["keras", seed] = run_ours(args.preset, sets, seed, data,
                                                                  work, keras_init)
@@ -426,6 +431,8 @@ def main(argv=None):
                if args.same_init else "each side from its own initialisation")
             + (", main.py's cut windows at lr x real / bptt (--reference-rate real, an "
                "experiment)" if args.reference_rate == "real" else "")
+            + (", main.py's gc.collect() calls skipped (--reference-gc off, a speed "
+               "experiment)" if args.reference_gc == "off" else "")
             + ", dropout on; gap = |mean tflm - mean reference|, spread = the "
             "largest seed-to-seed difference within one side.")
     body, _ = table(curves, args.seeds, note)
@@ -433,7 +440,8 @@ def main(argv=None):
              + timing_table(timings))
     pathlib.Path(args.results).with_suffix(".json").write_text(json.dumps(
         {"preset": args.preset, "sets": args.set, "device": args.device,
-         "reference_rate": args.reference_rate, "same_init": args.same_init,
+         "reference_rate": args.reference_rate, "reference_gc": args.reference_gc,
+         "same_init": args.same_init,
          "curves": {f"{side}-{seed}": c for (side, seed), c in curves.items()},
          "timings": {f"{side}-{seed}": t for (side, seed), t in timings.items()}}, indent=1))
     figure(curves, args.figure, f"{args.preset} vs main.py, {' '.join(args.set)}")

@@ -21,6 +21,13 @@ real / drawn, so every window trains at lr x real / bptt as tflm's do
 (`tflm.LanguageModel.window_scale`). `reference_curves --reference-rate real` uses it to
 show what the cut window alone does to the curves.
 
+`--no-gc-collect` (after CHECKOUT, also with `--real-length-rate`) is a speed experiment,
+not one of the documented shims either: zihangdai/mos's `train()` calls `gc.collect()` after
+every small batch's backward pass, a full collection of the Python heap per step that does
+no arithmetic; the shim makes `gc.collect` return at once, so the figure is the loop's
+speed without it (`reference_curves --reference-gc off`). Nothing the model computes
+changes.
+
 Whatever the flags, the launcher counts main.py's training windows and target positions (its
 `get_batch` calls from `train()`) and prints them at exit with the CUDA allocator's peak
 (`torch.cuda.max_memory_allocated`), one line starting `reference_launcher:`; counting
@@ -40,6 +47,7 @@ model there), with the checkout first on `sys.path` so its `data`, `model`, `uti
 
 import atexit
 import functools
+import gc
 import json
 import pathlib
 import runpy
@@ -150,10 +158,13 @@ def main(argv):
             weights = dict(loaded)
         write_initial_model(out, weights, json.loads(pathlib.Path(constructor).read_text()))
         return
-    flags = argv[1:]
-    real_length_rate = flags[:1] == ["--real-length-rate"]
-    atexit.register(count_and_scale(real_length_rate)[1])
-    sys.argv = [str(checkout / "main.py"), *flags[real_length_rate:]]
+    flags, experiments = argv[1:], set()
+    while flags[:1] in (["--real-length-rate"], ["--no-gc-collect"]):
+        experiments.add(flags.pop(0))
+    if "--no-gc-collect" in experiments:
+        gc.collect = lambda generation=2: 0  # main.py looks `gc.collect` up at each call
+    atexit.register(count_and_scale("--real-length-rate" in experiments)[1])
+    sys.argv = [str(checkout / "main.py"), *flags]
     runpy.run_path(str(checkout / "main.py"), run_name="__main__")
 
 

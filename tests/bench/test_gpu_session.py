@@ -30,8 +30,21 @@ def test_the_report_reads_each_target_from_its_stage(tmp_path):
            "| end of epoch   1 | time: 12.00s | valid loss  5.70 | valid ppl   298.87 |\n"
            "reference_launcher: train windows 10, target positions 8000, peak CUDA "
            "allocator MiB 1700.0\n")
+    # 80,000 tokens in 10 steps, 4 s after the first: 72,000 / 4 = 18,000 words/s once warm
     _write(tmp_path / "mos" / "tflm-142" / "metrics.json",
-           {"history": [{"words_per_second": 16000.0}], "device_memory_mib": 1500.0})
+           {"history": [{"words_per_second": 16000.0, "train_seconds": 5.0,
+                         "first_step_seconds": 1.0, "train_steps": 10,
+                         "train_step_traces": 1}], "device_memory_mib": 1500.0})
+    # a second compile inside the epoch: no warm figure from this seed
+    _write(tmp_path / "mos" / "tflm-141" / "metrics.json",
+           {"history": [{"words_per_second": 8000.0, "train_seconds": 10.0,
+                         "first_step_seconds": 6.0, "train_steps": 10,
+                         "train_step_traces": 2}], "device_memory_mib": 1600.0})
+    _write(tmp_path / "curves" / "tflm-141" / "metrics.json",
+           {"history": [{"train_step_traces": 1}, {"train_step_traces": 0}]})
+    for n, wall, busy in ((72, 18.0, 12.0), (88, 19.8, 13.0)):
+        _write(tmp_path / f"pad-{n}" / "step_profile.json",
+               {"rows": [{"wall_ms": wall, "busy_ms": busy}]})
     _write(tmp_path / "bf16" / "run" / "metrics.json",
            {"history": [{"val_perplexity": 310.0, "words_per_second": 8e4},
                         {"val_perplexity": 199.0, "words_per_second": 1.5e5}],
@@ -47,8 +60,14 @@ def test_the_report_reads_each_target_from_its_stage(tmp_path):
                             "main.py's"] and "= 0.97x | met" in rows[
         "AWD-LSTM: a whole 3-epoch run takes less wall time than main.py's"]
     # MoS main.py: 800 targets a window / 100 ms = 8,000 words/s: 2.00x, less memory
-    assert "16,000 / 8,000 = 2.00x; peak 1500.0 / 1700.0 MiB | met" in rows[
-        "MoS: >= 1.5x zihangdai/mos main.py's training words/s, no more memory"]
+    assert "18,000 (the steps after the first, one seed) / 8,000 = 2.25x; peak 1600.0 / " \
+        "1700.0 MiB | met" in rows["MoS: >= 1.5x zihangdai/mos main.py's training words/s, " \
+                                   "no more memory"]
+    assert "seed 141: 1 / 0 |" in rows["AWD-LSTM: training programs compiled per epoch "
+                                      "(`train_step_traces`)"]
+    assert "19.80 / 18.00 ms wall = 1.10x; busy 13.00 / 12.00 ms" in rows[
+        "A padded position's cost: a bptt-70 step padded to 88 against 72 (step_profile, "
+        "JAX, synchronized steps)"]
     assert "90,000 (median step, compare_frameworks) / 100,000 = 0.90x | missed" in rows[
         "Keras on PyTorch >= 1.0x main.py"]
     assert "150,000 vs 140,000 (1.07x); valid ppl by epoch 310.0 / 199.0 vs 300.0 / 200.0" in \

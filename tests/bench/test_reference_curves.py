@@ -252,3 +252,32 @@ def test_the_launcher_counts_training_windows_and_scales_only_a_cut_one(monkeypa
     assert counts == {"windows": 2, "targets": (60 + 40) * 4}
     counts, _ = reference_launcher.count_and_scale(real_length_rate=False)
     assert namespace["train"](60, 65) == (40, pytest.approx(30.0 * 65 / 70))  # main.py's rule
+
+
+@pytest.mark.parametrize("flags, collected", [([], True), (["--no-gc-collect"], False),
+                                              (["--real-length-rate", "--no-gc-collect"],
+                                               False)])
+def test_the_gc_experiment_skips_only_main_pys_collections(tmp_path, flags, collected):
+    """`reference_launcher.py CHECKOUT --no-gc-collect ...`: main.py's `gc.collect()` returns
+    at once (a cycle it made stays alive), its own flags reach it unchanged; without the
+    experiment the same call collects the cycle."""
+    pytest.importorskip("torch")
+    import subprocess
+    from bench.reproductions import reference_launcher
+    (tmp_path / "weight_drop.py").write_text("class WeightDrop:\n    pass\n")
+    (tmp_path / "utils.py").write_text("def get_batch(source, i, args, seq_len=None):\n"
+                                       "    return None\n")
+    (tmp_path / "main.py").write_text(
+        "import gc, sys, weakref\n"
+        "gc.disable()\n"
+        "class Node:\n    pass\n"
+        "a, b = Node(), Node()\n"
+        "a.other, b.other = b, a\n"
+        "alive = weakref.ref(a)\n"
+        "del a, b\n"
+        "gc.collect()\n"
+        "print('collected', alive() is None, 'argv', sys.argv[1:])\n")
+    proc = subprocess.run([sys.executable, reference_launcher.__file__, str(tmp_path), *flags,
+                           "--epochs", "3"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"collected {collected} argv ['--epochs', '3']" in proc.stdout

@@ -131,6 +131,7 @@ def test_words_per_second_times_the_loop_when_its_hook_runs_late():
         assert 0 < logs["first_step_seconds"] <= logs["train_seconds"]
         assert logs["train_seconds"] < logs["epoch_seconds"] - 0.4
         assert logs["words_per_second"] == pytest.approx(1000 / logs["train_seconds"])
+        assert logs["train_steps"] == 8  # every hook counted, on the worker thread too
 
 
 def test_tensorboard_is_async_safe_only_where_it_writes_nothing_per_batch(tmp_path):

@@ -29,6 +29,7 @@ def test_validation_is_not_counted_as_training_time():
         assert logs["train_seconds"] + logs["validation_seconds"] <= logs["epoch_seconds"]
         assert logs["train_seconds"] < logs["epoch_seconds"] - 0.4
         assert logs["words_per_second"] == pytest.approx(1000 / logs["train_seconds"])
+        assert logs["train_steps"] == 8  # 64 rows, batches of 8
     assert speed.last == pytest.approx(history.history["words_per_second"][-1])
 
 

@@ -42,6 +42,9 @@ print(json.dumps({{n: json.loads(pathlib.Path(p, "metrics.json").read_text())
     for a, b in zip(one, two):
         for key in ("loss", "val_perplexity", "grad_norm"):
             assert b[key] == pytest.approx(a[key], rel=2e-4), (key, a[key], b[key])
+    # one program for the whole run on both (device arrays are padded as NumPy ones are)
+    assert [h["train_step_traces"] for h in one] == [h["train_step_traces"] for h in two]
+    assert sum(h["train_step_traces"] for h in two) == 1, two
     assert metrics["two"]["test_perplexity"] == pytest.approx(metrics["one"]["test_perplexity"],
                                                               rel=2e-4)
 

@@ -304,6 +304,7 @@ class TrainingRun:
                                                  train=not training.fixed_windows, seed=seed,
                                                  epoch=epoch, max_len=training.max_seq_len,
                                                  pad_to_multiple=self.pad)
+            traced = model.traced_steps["train"]
             try:
                 with self.timer.phase("fit"):
                     hist = model.fit(train_ds, validation_data=valid_ds, initial_epoch=epoch,
@@ -316,6 +317,9 @@ class TrainingRun:
                 raise diverged(err, out, history, best) from err
             logs = {k: float(v[-1]) for k, v in hist.history.items()}
             logs["epoch"] = epoch + 1
+            if keras.backend.backend() != "torch":  # eager there: every step runs the Python
+                # programs the train step traced (compiled) in this epoch: one per new shape
+                logs["train_step_traces"] = model.traced_steps["train"] - traced
             logs["learning_rate"] = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
             history.append(logs)
             with self.timer.phase("save"):
