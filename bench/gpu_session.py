@@ -77,12 +77,12 @@ def stages(work, carried, small):
                "2" if small else "10", "--device", device, "--no-publish", *tiny]
     return [
         ("info", 30, {}, [py, "-c", INFO]),
-        ("curves", 340, jax, [
+        ("curves", 370, jax, [
             py, "-m", "bench.reproductions.reference_curves", "--reference", str(salesforce),
             "--preset", "awd_lstm_ptb", "--epochs", "3", "--seeds", "141", "142",
             "--device", device, "--data-dir", str(data), "--work", str(work / "curves"),
             "--results", str(work / "curves" / "reference_curves_gpu.md"), *cut_awd, *tiny]),
-        ("mos", 190, jax, [
+        ("mos", 170, jax, [
             py, "-m", "bench.reproductions.reference_curves", "--reference", str(mos),
             "--preset", "awd_lstm_mos_ptb", "--epochs", "1", "--seeds", "141", "142",
             "--reference-gc", "off", "--device", device, "--data-dir", str(data),
