@@ -34,7 +34,6 @@ from zoo.runtime.command import imports_done, run_command, start_command
 from zoo.runtime.user_errors import check_output_dir, one_line_errors
 
 SAMPLE_FILE = "sample.json"
-DIVERGED_FILE = "diverged.json"
 
 
 def build_parser():
@@ -80,15 +79,9 @@ def trial_dir(out, index):
 
 def trial_state(path):
     """"finished", "diverged", "interrupted" (a checkpoint, no results) or "new"."""
-    if (path / "metrics.json").exists():
-        return "finished"
-    if (path / DIVERGED_FILE).exists():
-        return "diverged"
     # deferred: a command's frameworks import after start_command (zoo.runtime.command)
-    from zoo.runs.checkpoint import holds_checkpoint
-    if holds_checkpoint(path):  # wherever a crash left it (zoo.runs.checkpoint.recover)
-        return "interrupted"
-    return "new"
+    from zoo.runs.run_state import run_state
+    return run_state(path)
 
 
 def _check_sample(path, record):
@@ -109,6 +102,7 @@ def run_trial(index, record, config, out, data_dir, verbose):
     """Train (or resume) trial `index`; returns its summary row."""
     # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from tflm.callbacks import TrainingDiverged
+    from zoo.runs.run_state import DIVERGED_FILE
     from zoo.runs.training import run
     path = trial_dir(out, index)
     state = trial_state(path)

@@ -1,0 +1,250 @@
+"""`python -m zoo.study` and `zoo.studies`: study files checked and planned, the table's
+means, SDs and p-values against hand computation, the figure, and a study run on a
+two-worker local Ray cluster, then resumed without retraining what finished."""
+
+import csv
+import json
+import math
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from zoo.errors import ConfigError
+from zoo.studies import aggregate, figures, list_studies, load_study
+from zoo.studies.trials import plan, trial_name
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TINY = {"corpus.train_tokens": 2000, "corpus.valid_tokens": 400, "corpus.test_tokens": 400,
+        "corpus.vocab_size": 30, "model.embed_dim": 8, "model.hidden_dim": 8,
+        "training.bptt": 8, "training.batch_size": 8, "training.epochs": 1}
+
+
+def _study(tmp_path, **changes):
+    study = {"description": "two synthetic arms", "reproduces": "nothing (a test)",
+             "arms": {"a": {"preset": "synthetic"},
+                      "b": {"preset": "synthetic", "set": {"model.dropout": 0.1}}},
+             "seeds": [1, 2, 3], "metrics": ["test_perplexity", "valid_perplexity"],
+             "baseline": "a", "published": [{"arm": "b", "test_perplexity": 30.0,
+                                              "test_perplexity_sd": 1.5, "p_value": 0.2}],
+             "scales": {"smoke": {"seeds": [1, 2], "set": TINY}}, **changes}
+    path = tmp_path / "two_arms.json"
+    path.write_text(json.dumps(study))
+    return path
+
+
+@pytest.mark.parametrize("name", list_studies())
+def test_every_bundled_study_plans_at_both_scales(name):
+    """Each arm's preset and every field of its settings and grid resolve, at both scales;
+    the published cells name arms and points the study runs."""
+    study = load_study(name)
+    for scale in ("smoke", "paper"):
+        trials = plan(study, scale)
+        assert len({t.name for t in trials}) == len(trials)
+        smoke_seeds = study["scales"]["smoke"]["seeds"]
+        if scale == "smoke":
+            assert len(smoke_seeds) == 2 and {t.seed for t in trials} == set(smoke_seeds)
+            assert all(t.config["training"]["epochs"] == 1 for t in trials)
+    points = {(t.arm, t.point) for t in plan(study, "paper")}
+    for cell in study["published"]:
+        assert (cell["arm"], tuple(cell.get("point", {}).items())) in points, cell
+
+
+def test_the_gss_grid_is_the_theses_cross_product():
+    trials = plan(load_study("parthiban_table_4_4_gss_grid_ptb"))
+    cs = sorted({t.point_dict["model.head.c"] for t in trials})
+    ks = sorted({t.point_dict["model.head.k"] for t in trials})
+    assert cs == [0.5 * x for x in range(-4, 5)] and ks == [0.25 * x for x in range(5, 13)]
+    assert len(trials) == 72 and trials[0].config["model"]["head"]["type"] == "gss"
+    first = trials[0]
+    assert first.config["model"]["head"]["c"] == first.point_dict["model.head.c"]
+
+
+def test_settings_apply_in_order_and_name_the_folder(tmp_path):
+    """The arm's settings, then the scale's (tiny sizes win), then the seed."""
+    trials = plan(load_study(_study(tmp_path)), "smoke")
+    b = [t for t in trials if t.arm == "b"]
+    assert [t.name for t in b] == ["b__seed1", "b__seed2"]
+    assert b[0].config["model"]["dropout"] == 0.1 and b[0].config["model"]["hidden_dim"] == 8
+    assert b[1].config["training"]["seed"] == 2
+    assert trial_name("gss", (("model.head.c", -1.5), ("model.head.k", 2.5)), 141) == \
+        "gss__c=-1.5__k=2.5__seed141"
+    with pytest.raises(ConfigError, match="--seeds 3"):
+        plan(load_study(_study(tmp_path)), "smoke", seeds=3)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"arms": {"a": {"preset": "no_such_preset"}, "b": {"preset": "synthetic"}}},
+     "Unknown preset"),
+    ({"baseline": "c"}, "baseline 'c'"),
+    ({"seeds": []}, "non-empty list"),
+    ({"arms": {"a": {"preset": "synthetic", "set": {"model.no_such_field": 1}},
+               "b": {"preset": "synthetic"}}}, "arm 'a'"),
+    ({"colour": "red"}, "unknown key"),
+])
+def test_a_bad_study_is_refused_naming_what_is_wrong(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=message):
+        load_study(_study(tmp_path, **change))
+
+
+def _fake_runs(tmp_path, study_path, values):
+    """Finished run folders with the given test / valid perplexities per (arm, seed)."""
+    study = load_study(study_path)
+    trials = plan(study, "paper")
+    for trial in trials:
+        run = tmp_path / "trials" / trial.name
+        run.mkdir(parents=True)
+        test, valid = values[trial.arm][trial.seed]
+        history = [{"val_perplexity": valid + 10.0 * (2 - e)} for e in range(3)]
+        (run / "metrics.json").write_text(json.dumps(
+            {"test_perplexity": test, "valid_perplexity": valid, "history": history}))
+    return study, trials
+
+
+def test_the_table_holds_hand_computed_means_sds_and_p_values(tmp_path):
+    values = {"a": {1: (31.0, 33.0), 2: (32.5, 34.0), 3: (30.2, 32.9)},
+              "b": {1: (29.0, 30.5), 2: (29.4, 31.0), 3: (28.1, 30.0)}}
+    study, trials = _fake_runs(tmp_path, _study(tmp_path), values)
+    rows = {r["arm"]: r for r in aggregate.cells(study, trials, tmp_path)}
+    b_test = [29.0, 29.4, 28.1]
+    a_test = [31.0, 32.5, 30.2]
+    mean = sum(b_test) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in b_test) / 2)
+    assert rows["b"]["mean"]["test_perplexity"] == pytest.approx(mean)
+    assert rows["b"]["sd"]["test_perplexity"] == pytest.approx(sd)
+    assert rows["b"]["difference"]["test_perplexity"] == pytest.approx(mean - 30.0)
+    # the rank sum by hand: b holds ranks 1-3 of 6; z = (6 - 3 * 7 / 2) / sqrt(9 * 7 / 12)
+    z = (6 - 3 * 7 / 2) / math.sqrt(3 * 3 * 7 / 12)
+    assert rows["b"]["p_value"] == pytest.approx(2 * stats.norm.sf(abs(z)))
+    assert rows["b"]["p_value"] == pytest.approx(stats.ranksums(b_test, a_test).pvalue)
+    assert rows["a"]["p_value"] is None  # the baseline is not tested against itself
+    table = aggregate.markdown(list(rows.values()), study)
+    line = next(x for x in table.splitlines() if x.startswith("| b |"))
+    assert f"| 3 of 3 | {mean:.2f} +- {sd:.2f} | 30.00 +- 1.50 | {mean - 30:.2f} |" in line
+    assert line.endswith(f"| {rows['b']['p_value']:.3g} (published 0.2) |")
+    aggregate.write_csv(list(rows.values()), tmp_path / "r.csv", study["metrics"])
+    with open(tmp_path / "r.csv") as f:
+        read = {r["arm"]: r for r in csv.DictReader(f)}
+    assert float(read["b"]["test_perplexity_sd"]) == pytest.approx(sd)
+    assert float(read["b"]["p_value"]) == pytest.approx(rows["b"]["p_value"])
+
+
+def test_unfinished_seeds_are_counted_not_averaged(tmp_path):
+    values = {"a": {1: (31.0, 33.0), 2: (32.0, 34.0), 3: (30.0, 32.0)},
+              "b": {1: (29.0, 30.5), 2: (29.4, 31.0), 3: (28.0, 30.0)}}
+    study, trials = _fake_runs(tmp_path, _study(tmp_path), values)
+    (tmp_path / "trials" / "b__seed3" / "metrics.json").unlink()
+    rows = {r["arm"]: r for r in aggregate.cells(study, trials, tmp_path)}
+    assert rows["b"]["seeds"] == [1, 2] and rows["b"]["states"][3] == "new"
+    assert rows["b"]["mean"]["test_perplexity"] == pytest.approx(29.2)
+    assert "| 2 of 3 |" in aggregate.markdown(list(rows.values()), study)
+
+
+def test_the_curves_figure_draws_each_arms_mean_and_band(tmp_path):
+    import matplotlib.image
+    values = {"a": {1: (31.0, 33.0), 2: (32.0, 34.0), 3: (30.0, 35.0)},
+              "b": {1: (29.0, 30.0), 2: (29.4, 31.0), 3: (28.0, 32.0)}}
+    study, trials = _fake_runs(tmp_path, _study(tmp_path), values)
+    drawn = figures.curves(trials, tmp_path, tmp_path / "curves.png")
+    mean, sd = drawn["b"]
+    np.testing.assert_allclose(mean, [51.0, 41.0, 31.0])  # valid + 10 (2 - epoch)
+    np.testing.assert_allclose(sd, np.std([30.0, 31.0, 32.0], ddof=1))
+    image = matplotlib.image.imread(tmp_path / "curves.png")
+    assert image.ndim == 3 and image.shape[0] > 100
+
+
+def _study_command(study, out, *extra, env=None):
+    return subprocess.run([sys.executable, "-m", "zoo.study", str(study), "--scale", "smoke",
+                           "--out", str(out), *extra], cwd=REPO, capture_output=True,
+                          text=True, timeout=900, env=env)
+
+
+def test_a_study_runs_on_a_two_worker_ray_cluster_and_resumes_without_retraining(tmp_path):
+    pytest.importorskip("ray")
+    study = _study(tmp_path, arms={"a": {"preset": "synthetic"}}, published=[])
+    out = tmp_path / "study"
+    first = _study_command(study, out, "--workers", "2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "2 trials in" in first.stdout and "0 done before" in first.stdout
+    runs = sorted((out / "trials").iterdir())
+    assert [r.name for r in runs] == ["a__seed1", "a__seed2"]
+    stamps = {r.name: (r / "metrics.json").stat().st_mtime_ns for r in runs}
+    table = (out / "results.md").read_text()
+    assert "| a | - | 2 of 2 |" in table and (out / "curves.png").stat().st_size > 0
+    assert (out / "engine").is_dir()  # Tune's records: the trials ran on Ray
+    again = _study_command(study, out, "--workers", "2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "2 done before, 0 to resume, 0 new" in again.stdout
+    assert {r.name: (r / "metrics.json").stat().st_mtime_ns for r in runs} == stamps
+    other = _study_command(study, out, "--seeds", "1")
+    assert other.returncode == 2 and "resume it with its own command" in other.stderr
+
+
+def test_a_missing_corpus_or_engine_stops_before_any_trial(tmp_path):
+    study = _study(tmp_path, arms={"a": {"preset": "awd_lstm_ptb"}}, published=[],
+                   scales={"smoke": {"seeds": [1, 2], "set": {"training.epochs": 1}}})
+    env = dict(os.environ, TFLM_DATA_DIR=str(tmp_path / "empty"))
+    result = _study_command(study, tmp_path / "s", env=env)
+    assert result.returncode == 2 and "ptb" in result.stderr.lower()
+    assert not (tmp_path / "s" / "trials").exists()
+    blocked = tmp_path / "blocked"
+    (blocked / "ray").mkdir(parents=True)
+    (blocked / "ray" / "__init__.py").write_text("raise ImportError('no ray here')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(blocked), str(REPO), os.environ.get("PYTHONPATH")])))
+    result = _study_command(_study(tmp_path), tmp_path / "t", env=env)
+    assert result.returncode == 2 and "pip install 'tflm[study]'" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_study_stopped_midway_resumes_and_skips_what_finished(tmp_path):
+    """Ctrl-C (SIGINT) once the first trial finished, one worker; the same command again
+    trains the rest and leaves the finished trial's folder as it was."""
+    pytest.importorskip("ray")
+    study, out = _study(tmp_path), tmp_path / "study"
+    proc = subprocess.Popen([sys.executable, "-m", "zoo.study", str(study), "--scale", "smoke",
+                             "--out", str(out), "--workers", "1"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while time.time() < deadline and not list(out.glob("trials/*/metrics.json")):
+        time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=300)
+    finished = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("trials/*/metrics.json")}
+    assert 1 <= len(finished) < 4
+    again = _study_command(study, out, "--workers", "2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{len(finished)} done before" in again.stdout
+    assert len(list(out.glob("trials/*/metrics.json"))) == 4
+    assert {name: (out / "trials" / name / "metrics.json").stat().st_mtime_ns
+            for name in finished} == finished
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list_studies())
+def test_every_bundled_study_runs_at_smoke_scale(tmp_path, name):
+    pytest.importorskip("ray")
+    result = _study_command(name, tmp_path / "s", "--workers", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trials = plan(load_study(name), "smoke")
+    assert all((tmp_path / "s" / "trials" / t.name / "metrics.json").is_file() for t in trials)
+
+
+def test_the_readme_study_commands_parse_and_name_bundled_studies():
+    """The README's `python -m zoo.study` lines: flags the command takes, studies that exist
+    (the smoke line runs in `test_every_bundled_study_runs_at_smoke_scale`)."""
+    import shlex
+
+    from zoo.study import build_parser
+    lines = [line.split("#")[0] for line in (REPO / "README.md").read_text().splitlines()
+             if line.startswith("python -m zoo.study")]
+    assert len(lines) >= 3
+    for line in lines:
+        args = build_parser().parse_args(shlex.split(line)[3:])
+        assert args.study in list_studies(), line

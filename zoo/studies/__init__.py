@@ -1,0 +1,102 @@
+"""Studies: JSON files in this folder, each the protocol of a published table, which
+`python -m zoo.study NAME` runs as trials on Ray Tune and sets beside the published cells.
+
+A study is data, as a preset is:
+
+    description   what it is
+    reproduces    the table it reproduces (paper, table number)
+    arms          {arm: {"preset": NAME, "set": {dotted field: value},
+                         "scales": {"smoke": {"set": {...}}}}}: a scale's settings for
+                  that arm alone come after the scale's own
+    grid          {dotted field: [values]}, optional: every arm runs at every point of the
+                  cross product (Parthiban 2020 Table 4.4's (c, k) grid)
+    seeds         [seed, ...] at paper scale (each trial's `training.seed`)
+    metrics       what each trial contributes to the table, from its metrics.json
+                  (`valid_perplexity`, `test_perplexity`, `bpc`, ...)
+    baseline      optional: the arm every other arm is tested against (two-sided Wilcoxon
+                  rank-sum over seeds of the first metric, as the thesis's Table 4.9)
+    published     [{"arm": ARM, "point": {field: value}, METRIC: value, ...}]: the cells the
+                  study reproduces (a mean over seeds where the paper ran several;
+                  `METRIC_sd` and `p_value` where it printed them)
+    scales        {"smoke": {"seeds": [...], "set": {...}, "grid": {...}}}: what a scale
+                  changes (smoke: tiny sizes, two seeds, one epoch; its own, smaller grid)
+    assumptions   [TEXT]: where an arm is not what the paper states (a missing preset
+                  replaced, a setting inferred)
+
+`load_study(name_or_path)` reads and checks one (every arm's preset, every field of `set`
+and `grid` resolved against it), `list_studies()` names the bundled ones.
+"""
+
+import copy
+import json
+import pathlib
+
+from zoo.errors import ConfigError
+
+_DIR = pathlib.Path(__file__).resolve().parent
+SCALES = ("smoke", "paper")
+KEYS = {"description", "reproduces", "arms", "grid", "seeds", "metrics", "baseline",
+        "published", "scales", "assumptions"}
+
+
+def list_studies():
+    """Names of the bundled studies."""
+    return sorted(p.stem for p in _DIR.glob("*.json"))
+
+
+def load_study(name):
+    """The study `name` (or a path to a JSON file) as a checked dict, with `name` set."""
+    path = pathlib.Path(name)
+    if path.suffix != ".json" or not path.exists():
+        path = _DIR / f"{name}.json"
+    if not path.exists():
+        raise ConfigError(f"Unknown study {name!r}; available: {', '.join(list_studies())} "
+                          "(or pass a path to a study JSON file).")
+    try:
+        study = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ConfigError(f"study file {path} is not valid JSON ({err}); fix the file.") from err
+    except OSError as err:
+        raise ConfigError(f"study file {path} cannot be read ({err.strerror or err}).") from err
+    check_study(study, path)
+    study["name"] = path.stem
+    return copy.deepcopy(study)
+
+
+def check_study(study, where="the study"):
+    """Refuse a study whose parts are missing, mistyped or name what does not exist."""
+    def bad(message):
+        raise ConfigError(f"{where}: {message}")
+
+    if not isinstance(study, dict):
+        bad("not a JSON object")
+    unknown = set(study) - KEYS - {"name"}
+    if unknown:
+        bad(f"unknown key(s) {sorted(unknown)}; a study has {sorted(KEYS)}")
+    for key in ("description", "reproduces", "arms", "seeds", "metrics"):
+        if key not in study:
+            bad(f"no {key!r}")
+    arms = study["arms"]
+    if not isinstance(arms, dict) or not arms:
+        bad("'arms' must map arm names to {\"preset\": NAME, \"set\": {...}}")
+    for arm, spec in arms.items():
+        if not isinstance(spec, dict) or "preset" not in spec:
+            bad(f"arm {arm!r} needs a 'preset'")
+    for key in ("seeds",):
+        seeds = study[key]
+        if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds)):
+            bad(f"{key!r} must be a non-empty list of integers")
+    if not (isinstance(study["metrics"], list) and study["metrics"]):
+        bad("'metrics' must be a non-empty list of metrics.json keys")
+    if study.get("baseline") is not None and study["baseline"] not in arms:
+        bad(f"baseline {study['baseline']!r} is not one of the arms {sorted(arms)}")
+    for scale in study.get("scales", {}):
+        if scale not in SCALES:
+            bad(f"scale {scale!r} is not one of {SCALES}")
+    for cell in study.get("published", []):
+        if cell.get("arm") not in arms:
+            bad(f"a published cell names arm {cell.get('arm')!r}, not one of {sorted(arms)}")
+    # every arm's configuration at every scale resolves (unknown presets or fields refused)
+    from zoo.studies.trials import plan  # deferred: the plan needs zoo.runs
+    for scale in SCALES:
+        plan(study, scale)

@@ -1,0 +1,111 @@
+"""A study's trials on Ray Tune: one Tune trial per study trial, each a normal `zoo.train`
+run folder.
+
+Ray Tune (an optional dependency: `pip install 'tflm[study]'`) is the engine the issue and
+the field expect: local by default (`ray.init` starts a cluster of this machine's CPUs and
+GPUs), `address` joins a running cluster (`ray start --head` on one machine, `ray start
+--address HEAD:6379` on the others) with no change to the study. Tune schedules the trials
+on the cluster's resources (one CPU a trial; one GPU a trial where the cluster has GPUs),
+retries a trial whose process failed (`max_failures` times: a crash, a lost node; the retry
+continues the run folder from its last epoch checkpoint) and reports the ones that failed
+for good. A trial that stops on an error of its configuration or files (`zoo.errors.UserError`,
+a missing corpus, a checkpoint that cannot be read) is reported at once, not retried: the
+same error would come again.
+
+What a trial did lives in its run folder, not in Tune's state: a study run again submits
+only the trials whose folders are not finished (`zoo.runs.run_state`): a finished or
+diverged trial is skipped, an interrupted one resumes with `--resume`'s machinery, a new one
+trains. Tune's own records go to `STUDY/engine/`.
+"""
+
+import os
+import pathlib
+
+from zoo.errors import UserError
+from zoo.runs import atomic_files
+from zoo.runs.run_state import DIVERGED_FILE, run_state
+
+ENGINE_MISSING = ("zoo.study runs its trials on Ray Tune, which is not installed here: "
+                  "pip install 'tflm[study]' (Ray Tune and Optuna) or pip install 'ray[tune]', "
+                  "then run the same command again.")
+DONE = ("finished", "diverged")
+
+
+def import_tune():
+    """(ray, ray.tune), or a `UserError` that says how to install them."""
+    try:
+        # deferred: an optional extra, imported only where trials are to run
+        import ray
+        from ray import tune
+    except ImportError as err:
+        raise UserError(ENGINE_MISSING) from err
+    return ray, tune
+
+
+def train_trial(tune_config, plans, data_dir):
+    """Tune's function trainable, in a Ray worker: train (or resume, or skip) one trial's
+    run folder. Returns {"state": its run_state afterwards, "error": the one line of a
+    user-fixable error, or ""}."""
+    config, path = plans[tune_config["trial"]]
+    path = pathlib.Path(path)
+    state = run_state(path)
+    if state in DONE:
+        return {"state": state}
+    # deferred: the frameworks load in the worker, not in the driver that plans
+    import keras
+    from tflm.callbacks import TrainingDiverged
+    from tflm.data import CorpusNotFoundError
+    from zoo.runs.checkpoint import CheckpointError
+    from zoo.runs.training import run
+    keras.utils.clear_session()  # a reused worker's previous trial
+    error = ""
+    try:
+        run(None if state == "interrupted" else config, path, data_dir=data_dir, verbose=2,
+            resume=state == "interrupted")
+    except TrainingDiverged as err:
+        atomic_files.write_json(path / DIVERGED_FILE, {"message": str(err)})
+    except (UserError, CorpusNotFoundError, CheckpointError) as err:
+        error = f"{type(err).__name__}: {err}"
+    return {"state": run_state(path), "error": error}
+
+
+def run_trials(trials, folder, data_dir=None, address=None, workers=None, max_failures=2):
+    """Run the trials of `trials` (`zoo.studies.trials.Trial`) whose folders under
+    `folder/trials` are not done, on Ray Tune. Returns {trial name: error text} for the
+    trials that failed after their retries (empty when none did)."""
+    folder = pathlib.Path(folder).resolve()
+    pending = [t for t in trials if run_state(folder / "trials" / t.name) not in DONE]
+    if not pending:
+        return {}
+    ray, tune = import_tune()
+    started = not ray.is_initialized()
+    if started:
+        env = {k: os.environ[k] for k in ("KERAS_BACKEND", "TFLM_DATA_DIR") if k in os.environ}
+        ray.init(address=address, num_cpus=None if address else workers,
+                 include_dashboard=False, configure_logging=False,
+                 runtime_env={"env_vars": env} if env else None)
+    try:
+        gpus = ray.cluster_resources().get("GPU", 0)
+        plans = {t.name: (t.config, str(folder / "trials" / t.name)) for t in pending}
+        trainable = tune.with_resources(
+            tune.with_parameters(train_trial, plans=plans,
+                                 data_dir=str(pathlib.Path(data_dir).resolve())
+                                 if data_dir else None),
+            {"cpu": 1, "gpu": 1} if gpus else {"cpu": 1})
+        tuner = tune.Tuner(
+            trainable, param_space={"trial": tune.grid_search([t.name for t in pending])},
+            tune_config=tune.TuneConfig(max_concurrent_trials=workers),
+            run_config=tune.RunConfig(storage_path=str(folder / "engine"), verbose=1,
+                                      failure_config=tune.FailureConfig(
+                                          max_failures=max_failures)))
+        results = tuner.fit()
+        failed = {}
+        for result in results:
+            if result.error is not None:
+                failed[result.config["trial"]] = str(result.error).strip().splitlines()[-1]
+            elif (result.metrics or {}).get("error"):
+                failed[result.config["trial"]] = result.metrics["error"]
+        return failed
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,93 @@
+"""A study's trials: every arm at every point of its grid with every seed, each a
+`zoo.train` configuration with a folder name that says which.
+
+    trial = arm x point x seed
+    config = the arm's preset, then the arm's `set`, then the scale's `set` (smoke's tiny
+             sizes win over an arm's own), then the arm's own `set` at that scale
+             (`arms.ARM.scales.smoke.set`: a MoS arm's experts), then the point's fields,
+             then `training.seed = seed`
+
+The folder is `trials/<arm>[__<field>=<value>...]__seed<seed>` (fields by their last name),
+stable across runs of the study, so that a study run again finds its trials where it left
+them (`zoo.runs.run_state`).
+"""
+
+import dataclasses
+import itertools
+import json
+
+from zoo.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    """One run of a study: its arm, grid point ({dotted field: value}), seed, folder name
+    and `zoo.train` configuration."""
+
+    arm: str
+    point: tuple  # ((dotted field, value), ...) in the grid's order
+    seed: int
+    name: str
+    config: dict = dataclasses.field(compare=False, hash=False)
+
+    @property
+    def point_dict(self):
+        return dict(self.point)
+
+
+def scale_settings(study, scale):
+    """(seeds, {dotted field: value}, grid) of `study` at `scale`."""
+    override = study.get("scales", {}).get(scale, {}) if scale != "paper" else {}
+    seeds = override.get("seeds", study["seeds"])
+    return list(seeds), dict(override.get("set", {})), dict(override.get("grid",
+                                                                      study.get("grid", {})))
+
+
+def _value_text(value):
+    return json.dumps(value, separators=(",", ":")).strip('"')
+
+
+def trial_name(arm, point, seed):
+    fields = "".join(f"__{key.split('.')[-1]}={_value_text(value)}" for key, value in point)
+    return f"{arm}{fields}__seed{seed}"
+
+
+def _assignments(fields):
+    return [f"{key}={json.dumps(value)}" for key, value in fields.items()]
+
+
+def plan(study, scale="paper", seeds=None):
+    """The study's trials at `scale` (`seeds`: the first N of the scale's seeds, or all),
+    each configuration resolved and checked before any trial trains."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
+    from zoo.runs.config import resolve_config
+    from zoo.runs.settings import RunSettings
+
+    all_seeds, scale_set, grid = scale_settings(study, scale)
+    if seeds is not None:
+        if not 1 <= seeds <= len(all_seeds):
+            raise ConfigError(f"--seeds {seeds}: the study has {len(all_seeds)} seed(s) at "
+                              f"scale {scale} ({all_seeds}); give 1 to {len(all_seeds)}.")
+        all_seeds = all_seeds[:seeds]
+    keys = list(grid)
+    points = [tuple(zip(keys, values)) for values in itertools.product(*grid.values())]
+    trials = []
+    for arm, spec in study["arms"].items():
+        for point in points:
+            for seed in all_seeds:
+                arm_scale = spec.get("scales", {}).get(scale, {}).get("set", {})
+                overrides = (_assignments(spec.get("set", {})) + _assignments(scale_set)
+                             + _assignments(arm_scale)
+                             + _assignments(dict(point)) + [f"training.seed={seed}"])
+                try:
+                    config = resolve_config(spec["preset"], overrides)
+                    RunSettings.from_config(config)
+                except ConfigError as err:
+                    raise ConfigError(f"study {study.get('name', '')} arm {arm!r} "
+                                      f"({spec['preset']}) at scale {scale}: {err}") from err
+                trials.append(Trial(arm, point, seed, trial_name(arm, point, seed), config))
+    names = [t.name for t in trials]
+    if len(set(names)) != len(names):
+        raise ConfigError("two trials of the study share a folder name; make the grid's "
+                          "fields differ in their last names")
+    return trials

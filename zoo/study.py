@@ -1,0 +1,146 @@
+"""`python -m zoo.study`: one command for a published table: its arms, grid and seeds as
+trials on Ray Tune, then our cells beside the published ones, with spreads and p-values.
+
+    python -m zoo.study NAME|FILE [--scale smoke|paper] [--seeds N] [--out DIR]
+        [--address ADDR] [--workers W] [--data-dir D] [--list]
+
+A study (`zoo.studies`: a JSON file like a preset) names the table it reproduces, its arms
+(presets plus overrides), grid, seeds, the metrics each trial contributes and the published
+cells. Every trial is a normal `zoo.train` run folder, `DIR/trials/<arm>[__field=value]__seed<s>`
+(`python -m zoo.evaluate` works on it), trained on Ray Tune (`zoo.studies.engine`): locally
+by default, on a running Ray cluster with `--address` (see the README), one trial per CPU,
+or per GPU where the cluster has GPUs; a failed trial is retried from its last checkpoint and
+reported if it fails again.
+
+Run the same command again and it resumes: finished trials are skipped, interrupted ones
+continue from their last epoch checkpoint, the rest train. A folder made for another study,
+scale or seed count is refused.
+
+Writes into DIR: `study.json` (what was run), `results.md` (the table; also printed),
+`results.csv`, `curves.png` (validation perplexity per arm, mean +- 1 SD over the seeds) and
+Tune's records under `engine/`. `--scale smoke` runs the study's tiny version (small sizes,
+two seeds, one epoch) in minutes on a CPU: the check that a study runs before it is given a
+cluster.
+
+Exit codes: 0; 1 if a trial failed after its retries (the table shows what finished); 2 for
+a bad command (unknown study, a field a preset does not have, Ray not installed), one line
+on stderr; 130 on Ctrl-C (finished trials are kept).
+
+Reference: Parthiban 2020 thesis §4.3.5, Tables 4.4-4.9 (seeds/000).
+"""
+
+import argparse
+import json
+import pathlib
+import sys
+
+from zoo.errors import UserError
+from zoo.runs import atomic_files
+from zoo.runtime.command import imports_done, run_command, start_command
+from zoo.runtime.user_errors import check_output_dir, one_line_errors
+
+STUDY_FILE = "study.json"
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="python -m zoo.study",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("study", nargs="?", help="a bundled study (--list) or a study JSON file")
+    p.add_argument("--scale", choices=("smoke", "paper"), default="paper",
+                   help="paper: the study as published (default); smoke: its tiny version")
+    p.add_argument("--seeds", type=int, metavar="N", help="the first N of the scale's seeds")
+    p.add_argument("--out", help="the study's folder (default: study_NAME_SCALE)")
+    p.add_argument("--address", help="a running Ray cluster to join (HOST:PORT, or 'auto'); "
+                                     "default: a local one on this machine")
+    p.add_argument("--workers", type=int, metavar="W",
+                   help="trials at a time (default: as many as the cluster's CPUs / GPUs)")
+    p.add_argument("--data-dir", help="where named corpora lie (on every machine)")
+    p.add_argument("--list", action="store_true", help="print the bundled studies and exit")
+    return p
+
+
+def _check_folder(folder, record):
+    path = folder / STUDY_FILE
+    if path.exists():
+        found = json.loads(path.read_text())
+        if {k: found.get(k) for k in ("study", "scale", "seeds")} != \
+                {k: record[k] for k in ("study", "scale", "seeds")}:
+            raise UserError(f"{folder} holds study {found.get('study')!r} at scale "
+                            f"{found.get('scale')!r} with seeds {found.get('seeds')}; resume "
+                            "it with its own command or choose another --out.")
+    elif (folder / "trials").exists():
+        raise UserError(f"{folder} holds trials but no {STUDY_FILE}: not a study's folder; "
+                        "choose another --out.")
+
+
+def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=None,
+              data_dir=None):
+    """Run (or resume) the study; returns (table rows, {failed trial: error})."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
+    from zoo.runs.corpora import load_data
+    from zoo.runs.run_state import run_state
+    from zoo.studies import aggregate, engine, figures, load_study
+    from zoo.studies.trials import plan
+    study = load_study(name)
+    trials = plan(study, scale, seeds)
+    folder = pathlib.Path(out or f"study_{study['name']}_{scale}")
+    check_output_dir(folder, "--out")
+    record = {"study": study["name"], "scale": scale, "seeds": sorted({t.seed for t in trials}),
+              "reproduces": study["reproduces"], "trials": [t.name for t in trials]}
+    _check_folder(folder, record)
+    for corpus in {json.dumps(t.config["corpus"], sort_keys=True) for t in trials}:
+        load_data(json.loads(corpus), data_dir)  # a missing corpus: exit 2 before any trial
+    (folder / "trials").mkdir(parents=True, exist_ok=True)
+    atomic_files.write_json(folder / STUDY_FILE, {**record, "definition": study})
+    states = [run_state(folder / "trials" / t.name) for t in trials]
+    done = sum(s in engine.DONE for s in states)
+    print(f"zoo.study: {study['name']} ({study['reproduces']}), scale {scale}: "
+          f"{len(trials)} trials in {folder}: {done} done before, "
+          f"{states.count('interrupted')} to resume, {states.count('new')} new", flush=True)
+    failed = engine.run_trials(trials, folder, data_dir=data_dir, address=address,
+                               workers=workers)
+    rows = aggregate.cells(study, trials, folder)
+    table = (f"## {study['name']}: {study['reproduces']} (scale {scale})\n\n"
+             + aggregate.markdown(rows, study))
+    if study.get("assumptions"):
+        table += "\nAssumed: " + " ".join(study["assumptions"]) + "\n"
+    if failed:
+        table += "\nFailed after retries: " + "; ".join(f"{k}: {v}" for k, v in
+                                                         failed.items()) + "\n"
+    print(table)
+    atomic_files.write_text(folder / "results.md", table)
+    aggregate.write_csv(rows, folder / "results.csv", study["metrics"])
+    figures.curves(trials, folder, folder / "curves.png",
+                   f"{study['name']} ({scale}): validation perplexity, mean +- 1 SD")
+    return rows, failed
+
+
+@one_line_errors("zoo.study")
+def main(argv=None):
+    start_command()
+    try:
+        args = build_parser().parse_args(argv)
+        # deferred: a command's frameworks import after start_command (zoo.runtime.command)
+        from tflm.data import CorpusNotFoundError
+        from zoo.errors import ConfigError
+        from zoo.studies import list_studies
+        imports_done()
+        if args.list or not args.study:
+            print("\n".join(list_studies()))
+            return 0 if args.list else 2
+        try:
+            _, failed = run_study(args.study, args.scale, args.seeds, args.out, args.address,
+                                  args.workers, args.data_dir)
+        except (UserError, ConfigError, CorpusNotFoundError) as err:
+            print(f"zoo.study: error: {err}", file=sys.stderr)
+            return 2
+    except KeyboardInterrupt:
+        print("zoo.study: interrupted; finished trials are kept, and the same command "
+              "continues the study (an interrupted trial resumes from its last epoch).",
+              file=sys.stderr)
+        return 130
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    run_command(main)
