@@ -1,0 +1,88 @@
+"""What running trials on the study engine (Ray Tune, `zoo.studies.engine`) costs against
+running `python -m zoo.train` for each trial directly, one after another.
+
+    python -m bench.studies.engine_overhead [--trials 4] [--workers 1 2] [--work DIR]
+
+The same tiny trials (the synthetic preset, `--set` as below, seeds 1..N, one epoch) run
+three ways, side by side in one run:
+
+- direct: `python -m zoo.train` once per trial, one after another (a process each, as a
+  shell loop over seeds would run them);
+- `python -m zoo.study FILE --workers W` for each W of `--workers`: a study with the same
+  trials as its paper scale, on a local Ray cluster that the command starts and stops.
+
+Per mode: the whole wall time, seconds per trial, and the ratio to direct. With one worker
+the difference is the engine's cost (Ray's start, a worker process per trial, Tune's
+bookkeeping, the study's table and figure); with more workers, what running trials side by
+side gains on this machine's cores. Writes results/engine_overhead.md.
+"""
+
+import argparse
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.harness import REPO, publish, results_path
+
+TINY = {"corpus.train_tokens": 20000, "corpus.valid_tokens": 2000,
+        "corpus.test_tokens": 2000, "model.embed_dim": 32, "model.hidden_dim": 32,
+        "training.batch_size": 16, "training.bptt": 20, "training.epochs": 1}
+
+
+def timed(command):
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(command)} failed:\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--trials", type=int, default=4)
+    p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--work", type=pathlib.Path)
+    p.add_argument("--no-publish", action="store_true")
+    args = p.parse_args(argv)
+    work = args.work or pathlib.Path(tempfile.mkdtemp(prefix="engine-overhead-"))
+    seeds = list(range(1, args.trials + 1))
+    study = work / "tiny_study.json"
+    work.mkdir(parents=True, exist_ok=True)
+    study.write_text(json.dumps({
+        "description": "tiny synthetic trials", "reproduces": "nothing (a benchmark)",
+        "arms": {"tiny": {"preset": "synthetic", "set": TINY}}, "seeds": seeds,
+        "metrics": ["test_perplexity"]}))
+    rows = []
+    direct = 0.0
+    for seed in seeds:
+        out = work / "direct" / f"seed{seed}"
+        shutil.rmtree(out, ignore_errors=True)
+        direct += timed([sys.executable, "-m", "zoo.train", "--preset", "synthetic", "--seed",
+                         str(seed), "--out", str(out), "--quiet",
+                         *[a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]])
+    rows.append(("direct: python -m zoo.train per trial, one after another", direct))
+    for workers in args.workers:
+        out = work / f"study-{workers}"
+        shutil.rmtree(out, ignore_errors=True)
+        wall = timed([sys.executable, "-m", "zoo.study", str(study), "--out", str(out),
+                      "--workers", str(workers)])
+        rows.append((f"python -m zoo.study on Ray Tune, {workers} worker"
+                     f"{'s' * (workers != 1)}", wall))
+    lines = ["| mode | trials | wall s | s per trial | vs direct |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {mode} | {args.trials} | {wall:.1f} | {wall / args.trials:.1f} | "
+              f"{wall / direct:.2f}x |" for mode, wall in rows]
+    body = ("\n".join(lines) + "\n\nEach trial: the synthetic preset with "
+            + ", ".join(f"{k}={v}" for k, v in TINY.items())
+            + "; the study's wall time includes Ray's start and stop, its table and figure.")
+    publish("The study engine's cost per trial against zoo.train run directly", body,
+            None if args.no_publish else results_path(__file__, "engine_overhead.md"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
