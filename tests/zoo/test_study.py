@@ -248,3 +248,37 @@ def test_the_readme_study_commands_parse_and_name_bundled_studies():
     for line in lines:
         args = build_parser().parse_args(shlex.split(line)[3:])
         assert args.study in list_studies(), line
+
+
+def test_a_trial_run_again_continues_its_folder_from_the_last_checkpoint(tmp_path,
+                                                                         monkeypatch):
+    """What Tune's retry runs (`engine.train_trial`, in-process here): a trial stopped after
+    its first epoch's checkpoint resumes from it and ends with both epochs; a finished one
+    is left alone."""
+    from zoo.runs import checkpoint
+    from zoo.studies import engine
+    study = load_study(_study(tmp_path, arms={"a": {"preset": "synthetic"}}, published=[],
+                              scales={"smoke": {"seeds": [1, 2],
+                                                "set": {**TINY, "training.epochs": 2}}}))
+    trial = plan(study, "smoke")[0]
+    path = tmp_path / "trials" / trial.name
+    plans = {trial.name: (trial.config, str(path))}
+    save = checkpoint.save_checkpoint
+
+    def save_then_stop(*args, **kwargs):
+        save(*args, **kwargs)
+        raise RuntimeError("the worker died")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint, "save_checkpoint", save_then_stop)
+        with pytest.raises(RuntimeError, match="worker died"):
+            engine.train_trial({"trial": trial.name}, plans, None)
+    assert engine.run_state(path) == "interrupted"
+    assert engine.train_trial({"trial": trial.name}, plans, None) == {"state": "finished",
+                                                                     "error": ""}
+    metrics = json.loads((path / "metrics.json").read_text())
+    assert [h["epoch"] for h in metrics["history"]] == [1, 2]
+    stamp = (path / "metrics.json").stat().st_mtime_ns
+    assert engine.train_trial({"trial": trial.name}, plans, None) == {"state": "finished"}
+    assert (path / "metrics.json").stat().st_mtime_ns == stamp
+

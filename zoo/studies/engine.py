@@ -102,7 +102,8 @@ def run_trials(trials, folder, data_dir=None, address=None, workers=None, max_fa
         failed = {}
         for result in results:
             if result.error is not None:
-                failed[result.config["trial"]] = str(result.error).strip().splitlines()[-1]
+                lines = str(result.error).strip().splitlines() or [type(result.error).__name__]
+                failed[result.config["trial"]] = lines[-1]
             elif (result.metrics or {}).get("error"):
                 failed[result.config["trial"]] = result.metrics["error"]
         return failed
