@@ -233,8 +233,9 @@ def report(folder):
         if warm:
             words, peak = statistics.mean(warm), max(m.get("device_memory_mib") or 0
                                                     for m in mos_runs)
-            rows.append((label, f"{words:,.0f} (the steps after the first, "
-                         f"{'mean of 2 seeds' if len(warm) == 2 else 'one seed'}) / {mos_words:,.0f} = {words / mos_words:.2f}x; "
+            seeds = "mean of 2 seeds" if len(warm) == 2 else "one seed"
+            rows.append((label, f"{words:,.0f} (the steps after the first, {seeds}) / "
+                         f"{mos_words:,.0f} = {words / mos_words:.2f}x; "
                          f"peak {peak} / {mos_peak} MiB",
                          words >= 1.5 * mos_words and peak <= (mos_peak or 0)))
         else:
