@@ -1,23 +1,29 @@
 """`python -m zoo.search`: random search over a preset's fields, each trial a `zoo.train` run.
 
     python -m zoo.search --preset NAME --space zhang2018_mos|SPACE.json --trials N \
-        --seed S --out DIR [--epochs E] [--set key=value ...] [--data-dir D] [--quiet]
+        --seed S --out DIR [--epochs E] [--set key=value ...] [--data-dir D]
+        [--address ADDR] [--workers W]
 
 Trial i draws its fields from the space (`zoo.runs.search_space`: uniform, log-uniform, int,
 choice; constraints by rejection) with `default_rng([S, i])`, applies them to the preset
 (after `--set`, before `--epochs`, which shortens every trial), and trains it with
 `zoo.runs.training.run` into `DIR/trial_XXX`: a normal run directory (config.json, metrics.json,
 best.keras, ... `python -m zoo.evaluate DIR/trial_003` works on it) plus `sample.json`, the
-drawn values. At the end `DIR/summary.md` holds a markdown table of every trial sorted by
-validation perplexity (printed as well); trials that diverged are listed last.
+drawn values. The trials run on the study engine (`zoo.studies.engine`: Ray Tune, the
+`study` extra): side by side on a local Ray cluster by default (`--workers` caps them), on
+a running cluster with `--address`; Tune's records go to `DIR/engine/`. At the end
+`DIR/summary.md` holds a markdown table of every trial sorted by validation perplexity
+(printed as well); trials that diverged are listed last, and trials that failed after
+the engine's retries are named below it.
 
 Resumable: run the same command again and a finished trial (metrics.json, or a recorded
 divergence) is not rerun, an interrupted one continues from its last epoch checkpoint
 (`zoo.runs.resume`), and the rest are trained. A trial directory whose `sample.json` differs
 from what the command draws (another seed, space or preset) is refused, naming it.
 
-Exit codes: 0; 2 for a bad command (unknown preset or space, a field the configuration
-does not have), one line on stderr; 130 on Ctrl-C (what finished is kept).
+Exit codes: 0; 1 if a trial failed after its retries; 2 for a bad command (unknown preset
+or space, a field the configuration does not have, Ray not installed), one line on stderr;
+130 on Ctrl-C (what finished is kept).
 
 Reference: Zhang 2018 §6.3 and Appendix A.2 (seeds/004); Bergstra & Bengio 2012.
 """
@@ -55,7 +61,13 @@ def build_parser():
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="fixed overrides applied to the preset before the draws (repeatable)")
     p.add_argument("--data-dir", help="where named corpora lie")
-    p.add_argument("--quiet", action="store_true", help="one line per epoch")
+    p.add_argument("--address", help="a running Ray cluster to join (HOST:PORT, or 'auto'); "
+                                     "default: a local one on this machine")
+    p.add_argument("--workers", type=int, metavar="W",
+                   help="trials at a time (default: as many as the cluster's CPUs / GPUs)")
+    p.add_argument("--quiet", action="store_true",
+                   help="accepted for older commands: trials on the engine always print one "
+                        "line per epoch")
     return p
 
 
@@ -96,32 +108,6 @@ def _check_sample(path, record):
         raise UserError(f"{path} was drawn with other values ({sample_path}) than this "
                         "command draws (another --seed, --space, --preset or --set); resume "
                         "with the original command or choose another --out.")
-
-
-def run_trial(index, record, config, out, data_dir, verbose):
-    """Train (or resume) trial `index`; returns its summary row."""
-    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
-    from tflm.callbacks import TrainingDiverged
-    from zoo.runs.run_state import DIVERGED_FILE
-    from zoo.runs.training import run
-    path = trial_dir(out, index)
-    state = trial_state(path)
-    if state == "new":
-        path.mkdir(parents=True, exist_ok=True)
-        atomic_files.write_json(path / SAMPLE_FILE, record)
-    if state in ("new", "interrupted"):
-        # deferred: a command's frameworks import after start_command (zoo.runtime.command)
-        import keras
-        keras.utils.clear_session()  # the previous trial's graphs and variables
-        print(f"zoo.search: trial {index} ({'resumed' if state == 'interrupted' else 'new'}): "
-              + ", ".join(f"{k}={_fmt(v)}" for k, v in record["values"].items()), flush=True)
-        try:
-            run(None if state == "interrupted" else config, path, data_dir=data_dir,
-                verbose=verbose, resume=state == "interrupted")
-        except TrainingDiverged as err:
-            atomic_files.write_json(path / DIVERGED_FILE, {"message": str(err)})
-            print(f"zoo.search: trial {index} diverged: {err}", file=sys.stderr)
-    return summary_row(index, path)
 
 
 def summary_row(index, path):
@@ -168,10 +154,13 @@ def summary_table(rows, title=""):
 
 
 def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), data_dir=None,
-           verbose=1):
-    """Run (or resume) the search; returns the summary rows (every trial, in trial order)."""
+           address=None, workers=None):
+    """Run (or resume) the search on the study engine (`zoo.studies.engine`, Ray Tune);
+    returns (the summary rows: every trial, in trial order; {trial folder: error} for the
+    trials that failed after their retries)."""
     # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.search_space import load_space, sample
+    from zoo.studies.engine import run_trials
     if trials < 1:
         raise UserError(f"--trials must be >= 1; got {trials}.")
     space = load_space(space_name)
@@ -187,17 +176,27 @@ def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), dat
                   "values": values}
         _check_sample(trial_dir(out, index), record)
         plans.append((index, record, config))
-    rows = [run_trial(index, record, config, out, data_dir, verbose)
-            for index, record, config in plans]
+    for index, record, _ in plans:
+        path = trial_dir(out, index)
+        if trial_state(path) == "new":
+            path.mkdir(parents=True, exist_ok=True)
+            atomic_files.write_json(path / SAMPLE_FILE, record)
+    failed = run_trials([(trial_dir(out, i).name, config, trial_dir(out, i))
+                         for i, _, config in plans], out / "engine", data_dir=data_dir,
+                        address=address, workers=workers)
+    rows = [summary_row(index, trial_dir(out, index)) for index, _, _ in plans]
     title = (f"Random search: preset {preset}, space {space.get('name')}, seed {seed}, "
              f"{trials} trial{'s' * (trials != 1)}"
              + (f" of {epochs} epoch{'s' * (epochs != 1)}" if epochs else ""))
     table = summary_table(rows, title)
+    if failed:
+        table += "\nFailed after retries: " + "; ".join(f"{k}: {v}" for k, v in
+                                                          failed.items()) + "\n"
     print(table)
     with atomic_files.failing_in_one_line(out / "summary.md", "the table is printed above "
                                           "and every trial's run folder is whole"):
         atomic_files.write_text(out / "summary.md", table)
-    return rows
+    return rows, failed
 
 
 @one_line_errors("zoo.search")
@@ -210,9 +209,10 @@ def main(argv=None):
         from zoo.runs.checkpoint import CheckpointError
         imports_done()
         try:
-            search(args.preset, args.space, args.trials, args.seed, args.out,
-                   epochs=args.epochs, overrides=args.set, data_dir=args.data_dir,
-                   verbose=2 if args.quiet else 1)
+            _, failed = search(args.preset, args.space, args.trials, args.seed, args.out,
+                               epochs=args.epochs, overrides=args.set,
+                               data_dir=args.data_dir, address=args.address,
+                               workers=args.workers)
         except (UserError, CorpusNotFoundError, CheckpointError) as err:
             print(f"zoo.search: error: {err}", file=sys.stderr)
             return 2
@@ -222,7 +222,7 @@ def main(argv=None):
               file=sys.stderr)
         return 130
     print(f"summary in {pathlib.Path(args.out) / 'summary.md'}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

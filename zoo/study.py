@@ -97,7 +97,8 @@ def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=N
     print(f"zoo.study: {study['name']} ({study['reproduces']}), scale {scale}: "
           f"{len(trials)} trials in {folder}: {done} done before, "
           f"{states.count('interrupted')} to resume, {states.count('new')} new", flush=True)
-    failed = engine.run_trials(trials, folder, data_dir=data_dir, address=address,
+    failed = engine.run_trials([(t.name, t.config, folder / "trials" / t.name) for t in trials],
+                               folder / "engine", data_dir=data_dir, address=address,
                                workers=workers)
     rows = aggregate.cells(study, trials, folder)
     table = (f"## {study['name']}: {study['reproduces']} (scale {scale})\n\n"

@@ -12,10 +12,12 @@ for good. A trial that stops on an error of its configuration or files (`zoo.err
 a missing corpus, a checkpoint that cannot be read) is reported at once, not retried: the
 same error would come again.
 
-What a trial did lives in its run folder, not in Tune's state: a study run again submits
-only the trials whose folders are not finished (`zoo.runs.run_state`): a finished or
-diverged trial is skipped, an interrupted one resumes with `--resume`'s machinery, a new one
-trains. Tune's own records go to `STUDY/engine/`.
+What a trial did lives in its run folder, not in Tune's state: a study (or a search) run
+again submits only the trials whose folders are not finished (`zoo.runs.run_state`): a
+finished or diverged trial is skipped, an interrupted one resumes with `--resume`'s
+machinery, a new one trains. Tune's own records go to a folder of the caller's
+(`STUDY/engine/`, `SEARCH/engine/`). `python -m zoo.study` and `python -m zoo.search` run
+their trials here.
 """
 
 import os
@@ -69,12 +71,13 @@ def train_trial(tune_config, plans, data_dir):
     return {"state": run_state(path), "error": error}
 
 
-def run_trials(trials, folder, data_dir=None, address=None, workers=None, max_failures=2):
-    """Run the trials of `trials` (`zoo.studies.trials.Trial`) whose folders under
-    `folder/trials` are not done, on Ray Tune. Returns {trial name: error text} for the
-    trials that failed after their retries (empty when none did)."""
-    folder = pathlib.Path(folder).resolve()
-    pending = [t for t in trials if run_state(folder / "trials" / t.name) not in DONE]
+def run_trials(runs, records, data_dir=None, address=None, workers=None, max_failures=2):
+    """Run the trials of `runs` ([(name, zoo.train configuration, run folder)]) whose
+    folders are not done, on Ray Tune, its records in the folder `records`. Returns
+    {trial name: error text} for the trials that failed after their retries (empty when
+    none did)."""
+    pending = [(name, config, pathlib.Path(path).resolve()) for name, config, path in runs
+               if run_state(path) not in DONE]
     if not pending:
         return {}
     ray, tune = import_tune()
@@ -86,16 +89,17 @@ def run_trials(trials, folder, data_dir=None, address=None, workers=None, max_fa
                  runtime_env={"env_vars": env} if env else None)
     try:
         gpus = ray.cluster_resources().get("GPU", 0)
-        plans = {t.name: (t.config, str(folder / "trials" / t.name)) for t in pending}
+        plans = {name: (config, str(path)) for name, config, path in pending}
         trainable = tune.with_resources(
             tune.with_parameters(train_trial, plans=plans,
                                  data_dir=str(pathlib.Path(data_dir).resolve())
                                  if data_dir else None),
             {"cpu": 1, "gpu": 1} if gpus else {"cpu": 1})
         tuner = tune.Tuner(
-            trainable, param_space={"trial": tune.grid_search([t.name for t in pending])},
+            trainable, param_space={"trial": tune.grid_search(list(plans))},
             tune_config=tune.TuneConfig(max_concurrent_trials=workers),
-            run_config=tune.RunConfig(storage_path=str(folder / "engine"), verbose=1,
+            run_config=tune.RunConfig(storage_path=str(pathlib.Path(records).resolve()),
+                                      verbose=1,
                                       failure_config=tune.FailureConfig(
                                           max_failures=max_failures)))
         results = tuner.fit()
