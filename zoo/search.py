@@ -2,7 +2,7 @@
 
     python -m zoo.search --preset NAME --space zhang2018_mos|SPACE.json --trials N \
         --seed S --out DIR [--epochs E] [--set key=value ...] [--data-dir D]
-        [--address ADDR] [--workers W]
+        [--algorithm random|tpe] [--address ADDR] [--workers W]
 
 Trial i draws its fields from the space (`zoo.runs.search_space`: uniform, log-uniform, int,
 choice; constraints by rejection) with `default_rng([S, i])`, applies them to the preset
@@ -15,6 +15,11 @@ a running cluster with `--address`; Tune's records go to `DIR/engine/`. At the e
 `DIR/summary.md` holds a markdown table of every trial sorted by validation perplexity
 (printed as well); trials that diverged are listed last, and trials that failed after
 the engine's retries are named below it.
+
+`--algorithm tpe` asks Optuna's TPE sampler instead (`zoo.studies.tpe`: Bayesian
+optimisation of the validation perplexity, `--workers` trials asked at a time, draws that
+break a constraint rejected untrained, the search's state in `DIR/optuna.db`); trial k is
+Optuna's trial number k.
 
 Resumable: run the same command again and a finished trial (metrics.json, or a recorded
 divergence) is not rerun, an interrupted one continues from its last epoch checkpoint
@@ -65,6 +70,10 @@ def build_parser():
                                      "default: a local one on this machine")
     p.add_argument("--workers", type=int, metavar="W",
                    help="trials at a time (default: as many as the cluster's CPUs / GPUs)")
+    p.add_argument("--algorithm", choices=("random", "tpe"), default="random",
+                   help="random: trial i drawn with default_rng([S, i]) (default); tpe: "
+                        "Optuna's TPE sampler with seed S, --workers trials asked at a time, "
+                        "its state in OUT/optuna.db")
     p.add_argument("--quiet", action="store_true",
                    help="accepted for older commands: trials on the engine always print one "
                         "line per epoch")
@@ -153,8 +162,52 @@ def summary_table(rows, title=""):
     return "\n".join(lines) + "\n"
 
 
+def _record(preset, space, seed, index, overrides, epochs, values, algorithm):
+    record = {"preset": preset, "space": space.get("name"), "seed": seed, "trial": index,
+              "overrides": list(overrides), "epochs": epochs, "values": values}
+    if algorithm != "random":
+        record["algorithm"] = algorithm
+    return record
+
+
+def _new_trial_folder(path, record):
+    if trial_state(path) == "new":
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_files.write_json(path / SAMPLE_FILE, record)
+
+
+def _tpe(preset, space, trials, seed, out, epochs, overrides, data_dir, address, workers):
+    """The TPE search (`zoo.studies.tpe`): (trained trial numbers, {folder: error})."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
+    from zoo.runs.search_space import sample
+    from zoo.studies.engine import run_trials
+    from zoo.studies.tpe import import_optuna, tpe_search
+    import_optuna()  # missing: exit 2 before anything is written
+    trial_config(preset, overrides, sample(space, seed, 0), epochs)  # the fields exist
+    failures = {}
+
+    def run_batch(batch):
+        runs = []
+        for number, values in batch:
+            config = trial_config(preset, overrides, values, epochs)
+            config["search"] = {"space": space.get("name"), "seed": seed, "trial": number,
+                                "algorithm": "tpe"}
+            record = _record(preset, space, seed, number, overrides, epochs, values, "tpe")
+            path = trial_dir(out, number)
+            _check_sample(path, record)
+            _new_trial_folder(path, record)
+            runs.append((path.name, config, path))
+        failures.update(run_trials(runs, out / "engine", data_dir=data_dir, address=address,
+                                   workers=workers))
+        return {number: summary_row(number, trial_dir(out, number)).get("valid")
+                for number, _ in batch}
+
+    out.mkdir(parents=True, exist_ok=True)
+    return tpe_search(space, trials, seed, out, workers, run_batch), failures
+
+
 def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), data_dir=None,
-           address=None, workers=None):
+           address=None, workers=None, algorithm="random"):
     """Run (or resume) the search on the study engine (`zoo.studies.engine`, Ray Tune);
     returns (the summary rows: every trial, in trial order; {trial folder: error} for the
     trials that failed after their retries)."""
@@ -166,28 +219,33 @@ def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), dat
     space = load_space(space_name)
     out = pathlib.Path(out)
     check_output_dir(out, "--out")  # before any trial trains
+    if algorithm == "tpe":
+        numbers, failed = _tpe(preset, space, trials, seed, out, epochs, overrides, data_dir,
+                               address, workers)
+        return _summarise([summary_row(n, trial_dir(out, n)) for n in numbers], failed,
+                          f"TPE search (Optuna): preset {preset}, space {space.get('name')}, "
+                          f"seed {seed}, {trials} trial{'s' * (trials != 1)}", epochs, out)
     plans = []
     for index in range(trials):  # every draw and configuration checked before training
         values = sample(space, seed, index)
         config = trial_config(preset, overrides, values, epochs)
         config["search"] = {"space": space.get("name"), "seed": seed, "trial": index}
-        record = {"preset": preset, "space": space.get("name"), "seed": seed,
-                  "trial": index, "overrides": list(overrides), "epochs": epochs,
-                  "values": values}
+        record = _record(preset, space, seed, index, overrides, epochs, values, "random")
         _check_sample(trial_dir(out, index), record)
         plans.append((index, record, config))
     for index, record, _ in plans:
-        path = trial_dir(out, index)
-        if trial_state(path) == "new":
-            path.mkdir(parents=True, exist_ok=True)
-            atomic_files.write_json(path / SAMPLE_FILE, record)
+        _new_trial_folder(trial_dir(out, index), record)
     failed = run_trials([(trial_dir(out, i).name, config, trial_dir(out, i))
                          for i, _, config in plans], out / "engine", data_dir=data_dir,
                         address=address, workers=workers)
-    rows = [summary_row(index, trial_dir(out, index)) for index, _, _ in plans]
-    title = (f"Random search: preset {preset}, space {space.get('name')}, seed {seed}, "
-             f"{trials} trial{'s' * (trials != 1)}"
-             + (f" of {epochs} epoch{'s' * (epochs != 1)}" if epochs else ""))
+    return _summarise([summary_row(index, trial_dir(out, index)) for index, _, _ in plans],
+                      failed, f"Random search: preset {preset}, space {space.get('name')}, "
+                      f"seed {seed}, {trials} trial{'s' * (trials != 1)}", epochs, out)
+
+
+def _summarise(rows, failed, title, epochs, out):
+    """Print and write summary.md; returns (rows, failed)."""
+    title += f" of {epochs} epoch{'s' * (epochs != 1)}" if epochs else ""
     table = summary_table(rows, title)
     if failed:
         table += "\nFailed after retries: " + "; ".join(f"{k}: {v}" for k, v in
@@ -212,7 +270,7 @@ def main(argv=None):
             _, failed = search(args.preset, args.space, args.trials, args.seed, args.out,
                                epochs=args.epochs, overrides=args.set,
                                data_dir=args.data_dir, address=args.address,
-                               workers=args.workers)
+                               workers=args.workers, algorithm=args.algorithm)
         except (UserError, CorpusNotFoundError, CheckpointError) as err:
             print(f"zoo.search: error: {err}", file=sys.stderr)
             return 2

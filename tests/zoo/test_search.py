@@ -2,6 +2,7 @@
 directories, the summary, resuming."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -193,3 +194,69 @@ def test_an_interrupted_trial_resumes_and_a_diverged_one_is_listed_last(tmp_path
     rows = [l for l in (tmp_path / "s" / "summary.md").read_text().splitlines()
             if "trial_" in l]
     assert f"trial_{good:03d}" in rows[0] and "diverged" in rows[1]
+
+
+def test_tpe_suggestions_follow_each_distribution_of_the_space():
+    """`zoo.studies.tpe.suggest` on Optuna trials: each field inside its range and of its
+    kind, `value` fixed, `same_as` equal to its field."""
+    optuna = pytest.importorskip("optuna")
+    from zoo.studies.tpe import suggest
+    space = check_space({"fields": {
+        "training.lr": {"log_uniform": [0.5, 40.0]}, "model.dropout": {"uniform": [0.1, 0.3]},
+        "model.hidden_dim": {"int": [8, 12]}, "model.head.type": {"choice": ["softmax", "mos"]},
+        "training.epochs": {"value": 3},
+        "training.eval_batch_size": {"same_as": "model.hidden_dim"}}})
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    draws = []
+    for _ in range(200):
+        trial = study.ask()
+        draws.append(suggest(trial, space))
+        study.tell(trial, 1.0)
+    assert all(0.5 <= d["training.lr"] <= 40.0 and 0.1 <= d["model.dropout"] <= 0.3
+               for d in draws)
+    assert {d["model.hidden_dim"] for d in draws} == {8, 9, 10, 11, 12}
+    assert {d["model.head.type"] for d in draws} == {"softmax", "mos"}
+    assert all(d["training.epochs"] == 3 and d["training.eval_batch_size"] ==
+               d["model.hidden_dim"] for d in draws)
+    # log-uniform: the median of log(lr) near the middle of [log 0.5, log 40]
+    middle = (math.log(0.5) + math.log(40.0)) / 2
+    assert abs(np.median([math.log(d["training.lr"]) for d in draws]) - middle) < 0.45
+
+
+def test_tpe_search_trains_what_optuna_asks_tells_it_and_resumes(tmp_path, capsys):
+    """`--algorithm tpe`: Optuna asks, the engine trains (two side by side), Optuna is told
+    each trial's validation perplexity; draws that break the constraint are never trained;
+    the same command again trains nothing, and a larger --trials asks only for the rest."""
+    optuna = pytest.importorskip("optuna")
+    pytest.importorskip("ray")
+    space_file = tmp_path / "space.json"
+    space_file.write_text(json.dumps(SPACE))
+    out = tmp_path / "tpe"
+    argv = ["--preset", "synthetic", "--space", str(space_file), "--trials", "2",
+            "--seed", "3", "--out", str(out), "--epochs", "1", "--algorithm", "tpe",
+            "--workers", "2"]
+    for item in TINY:
+        argv += ["--set", item]
+    assert search.main(argv) == 0
+    study = optuna.load_study(study_name="search", storage=f"sqlite:///{out / 'optuna.db'}")
+    trained = [t for t in study.trials if not t.user_attrs.get("rejected")]
+    assert len(trained) == 2
+    for trial in trained:
+        assert trial.state == optuna.trial.TrialState.COMPLETE
+        folder = out / f"trial_{trial.number:03d}"
+        metrics = json.loads((folder / "metrics.json").read_text())
+        assert trial.value == pytest.approx(metrics["valid_perplexity"])
+        values = json.loads((folder / "sample.json").read_text())["values"]
+        assert values == trial.user_attrs["values"]
+        assert values["training.batch_size"] * values["model.hidden_dim"] <= 160
+    for trial in study.trials:
+        if trial.user_attrs.get("rejected"):
+            assert not (out / f"trial_{trial.number:03d}").exists()
+    assert "TPE search (Optuna)" in (out / "summary.md").read_text()
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("trial_*/metrics.json")}
+    assert search.main(argv) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.glob("trial_*/metrics.json")} == stamps
+    assert len([t for t in optuna.load_study(
+        study_name="search", storage=f"sqlite:///{out / 'optuna.db'}").trials
+        if not t.user_attrs.get("rejected")]) == 2
