@@ -89,7 +89,10 @@ def test_search_trains_each_trial_as_a_run_and_summarises_resumably(tmp_path, ca
             "--seed", "5", "--out", str(out), "--epochs", "1", "--quiet"]
     for item in TINY:
         argv += ["--set", item]
+    import signal
+    handler = signal.getsignal(signal.SIGINT)
     assert search.main(argv) == 0
+    assert signal.getsignal(signal.SIGINT) is handler  # the engine gives Ctrl-C back
     printed = capsys.readouterr().out
     table = (out / "summary.md").read_text()
     assert table in printed

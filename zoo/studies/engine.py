@@ -22,6 +22,8 @@ their trials here.
 
 import os
 import pathlib
+import signal
+import threading
 
 from zoo.errors import UserError
 from zoo.runs import atomic_files
@@ -81,6 +83,10 @@ def run_trials(runs, records, data_dir=None, address=None, workers=None, max_fai
     if not pending:
         return {}
     ray, tune = import_tune()
+    # Ray and Tune install their own Ctrl-C handlers; the caller's come back afterwards
+    main_thread = threading.current_thread() is threading.main_thread()
+    handlers = ({s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+                if main_thread else {})
     started = not ray.is_initialized()
     if started:
         env = {k: os.environ[k] for k in ("KERAS_BACKEND", "TFLM_DATA_DIR") if k in os.environ}
@@ -114,3 +120,6 @@ def run_trials(runs, records, data_dir=None, address=None, workers=None, max_fai
     finally:
         if started:
             ray.shutdown()
+        for number, handler in handlers.items():
+            if handler is not None:
+                signal.signal(number, handler)
