@@ -246,10 +246,9 @@ def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), dat
 def _summarise(rows, failed, title, epochs, out):
     """Print and write summary.md; returns (rows, failed)."""
     title += f" of {epochs} epoch{'s' * (epochs != 1)}" if epochs else ""
-    table = summary_table(rows, title)
-    if failed:
-        table += "\nFailed after retries: " + "; ".join(f"{k}: {v}" for k, v in
-                                                          failed.items()) + "\n"
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
+    from zoo.studies.engine import failures_text
+    table = summary_table(rows, title) + failures_text(failed)
     print(table)
     with atomic_files.failing_in_one_line(out / "summary.md", "the table is printed above "
                                           "and every trial's run folder is whole"):

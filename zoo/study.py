@@ -105,11 +105,11 @@ def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=N
              + aggregate.markdown(rows, study))
     if study.get("assumptions"):
         table += "\nAssumed: " + " ".join(study["assumptions"]) + "\n"
-    if failed:
-        table += "\nFailed after retries: " + "; ".join(f"{k}: {v}" for k, v in
-                                                         failed.items()) + "\n"
+    table += engine.failures_text(failed)
     print(table)
-    atomic_files.write_text(folder / "results.md", table)
+    with atomic_files.failing_in_one_line(folder / "results.md", "the table is printed above "
+                                          "and every trial's run folder is whole"):
+        atomic_files.write_text(folder / "results.md", table)
     aggregate.write_csv(rows, folder / "results.csv", study["metrics"])
     figures.curves(trials, folder, folder / "curves.png",
                    f"{study['name']} ({scale}): validation perplexity, mean +- 1 SD")

@@ -151,7 +151,6 @@ def test_the_readme_space_example_is_a_valid_space():
 @pytest.mark.slow  # ~30 s of CPU: two 2-epoch trials on Ray, one interrupted before
 def test_an_interrupted_trial_resumes_and_a_diverged_one_is_listed_last(tmp_path, capsys,
                                                                           monkeypatch):
-    from zoo.runs import checkpoint
     space_file = tmp_path / "space.json"
     space_file.write_text(json.dumps({"fields": {"training.lr": {"choice": [20.0, 1e38]}}}))
     argv = ["--preset", "synthetic", "--space", str(space_file), "--trials", "2",
@@ -166,7 +165,7 @@ def test_an_interrupted_trial_resumes_and_a_diverged_one_is_listed_last(tmp_path
     # trial 0's folder as a killed worker leaves it (its first epoch's checkpoint, no
     # results), made in-process through what the engine's worker runs
     from zoo.runs.search_space import load_space
-    from zoo.studies import engine
+    from tests.zoo.killed_trial import kill_after_first_checkpoint
     overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
     values = sample(check_space(json.loads(space_file.read_text())), 1, 0)
     config = search.trial_config("synthetic", overrides, values, 2)
@@ -177,17 +176,7 @@ def test_an_interrupted_trial_resumes_and_a_diverged_one_is_listed_last(tmp_path
     (first / search.SAMPLE_FILE).write_text(json.dumps(
         {"preset": "synthetic", "space": config["search"]["space"], "seed": 1, "trial": 0,
          "overrides": overrides, "epochs": 2, "values": values}))
-    save = checkpoint.save_checkpoint
-
-    def save_then_stop(*args, **kwargs):
-        save(*args, **kwargs)
-        raise RuntimeError("the worker died")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(checkpoint, "save_checkpoint", save_then_stop)
-        with pytest.raises(RuntimeError):
-            engine.train_trial({"trial": "trial_000"}, {"trial_000": (config, str(first))},
-                               None)
+    kill_after_first_checkpoint(monkeypatch, "trial_000", config, first)
     assert search.trial_state(first) == "interrupted"
     assert search.main(argv) == 0
     good, bad = (0, 1) if lrs[0] == 20.0 else (1, 0)

@@ -255,7 +255,7 @@ def test_a_trial_run_again_continues_its_folder_from_the_last_checkpoint(tmp_pat
     """What Tune's retry runs (`engine.train_trial`, in-process here): a trial stopped after
     its first epoch's checkpoint resumes from it and ends with both epochs; a finished one
     is left alone."""
-    from zoo.runs import checkpoint
+    from tests.zoo.killed_trial import kill_after_first_checkpoint
     from zoo.studies import engine
     study = load_study(_study(tmp_path, arms={"a": {"preset": "synthetic"}}, published=[],
                               scales={"smoke": {"seeds": [1, 2],
@@ -263,16 +263,7 @@ def test_a_trial_run_again_continues_its_folder_from_the_last_checkpoint(tmp_pat
     trial = plan(study, "smoke")[0]
     path = tmp_path / "trials" / trial.name
     plans = {trial.name: (trial.config, str(path))}
-    save = checkpoint.save_checkpoint
-
-    def save_then_stop(*args, **kwargs):
-        save(*args, **kwargs)
-        raise RuntimeError("the worker died")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(checkpoint, "save_checkpoint", save_then_stop)
-        with pytest.raises(RuntimeError, match="worker died"):
-            engine.train_trial({"trial": trial.name}, plans, None)
+    kill_after_first_checkpoint(monkeypatch, trial.name, trial.config, path)
     assert engine.run_state(path) == "interrupted"
     assert engine.train_trial({"trial": trial.name}, plans, None) == {"state": "finished",
                                                                      "error": ""}

@@ -6,38 +6,20 @@ those of `zoo.ZarembaLSTM`) and `training` (batch sizes,
 bptt, optimizer and schedule), plus `published` numbers where the preset reproduces a paper.
 """
 
-import copy
-import json
 import pathlib
 
-from zoo.errors import ConfigError
+from zoo.bundled_json import bundled_names, read_bundled_json
 
 _DIR = pathlib.Path(__file__).resolve().parent
 
 
 def list_presets():
     """Names of the bundled presets."""
-    return sorted(p.stem for p in _DIR.glob("*.json"))
+    return bundled_names(_DIR)
 
 
 def load_preset(name):
     """The preset `name` (or a path to a JSON file) as a dict (a fresh copy)."""
-    path = pathlib.Path(name)
-    if path.suffix != ".json" or not path.exists():
-        path = _DIR / f"{name}.json"
-    if not path.exists():
-        raise ConfigError(f"Unknown preset {name!r}; available: "
-                          f"{', '.join(list_presets())} (or pass a path to a preset JSON "
-                          "file).")
-    try:
-        with open(path, encoding="utf-8") as f:
-            preset = json.load(f)
-    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
-        raise ConfigError(f"preset file {path} is not valid JSON ({err}); fix the file or "
-                          "pass another preset.") from err
-    except OSError as err:
-        raise ConfigError(f"preset file {path} cannot be read ({err.strerror or err}).") from err
-    if not isinstance(preset, dict):
-        raise ConfigError(f"preset file {path} holds a JSON {type(preset).__name__}, not an "
-                          "object with corpus, model and training parts.")
-    return copy.deepcopy(preset)
+    _, preset = read_bundled_json(name, _DIR, "preset", "fix the file or pass another preset.",
+                                  "with corpus, model and training parts")
+    return preset  # read from its file: a fresh dict each call

@@ -27,10 +27,9 @@ A study is data, as a preset is:
 and `grid` resolved against it), `list_studies()` names the bundled ones.
 """
 
-import copy
-import json
 import pathlib
 
+from zoo.bundled_json import bundled_names, read_bundled_json
 from zoo.errors import ConfigError
 
 _DIR = pathlib.Path(__file__).resolve().parent
@@ -41,26 +40,16 @@ KEYS = {"description", "reproduces", "arms", "grid", "seeds", "metrics", "baseli
 
 def list_studies():
     """Names of the bundled studies."""
-    return sorted(p.stem for p in _DIR.glob("*.json"))
+    return bundled_names(_DIR)
 
 
 def load_study(name):
     """The study `name` (or a path to a JSON file) as a checked dict, with `name` set."""
-    path = pathlib.Path(name)
-    if path.suffix != ".json" or not path.exists():
-        path = _DIR / f"{name}.json"
-    if not path.exists():
-        raise ConfigError(f"Unknown study {name!r}; available: {', '.join(list_studies())} "
-                          "(or pass a path to a study JSON file).")
-    try:
-        study = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ConfigError(f"study file {path} is not valid JSON ({err}); fix the file.") from err
-    except OSError as err:
-        raise ConfigError(f"study file {path} cannot be read ({err.strerror or err}).") from err
+    path, study = read_bundled_json(name, _DIR, "study", "fix the file.",
+                                    "with arms, seeds and metrics")
     check_study(study, path)
     study["name"] = path.stem
-    return copy.deepcopy(study)
+    return study
 
 
 def check_study(study, where="the study"):

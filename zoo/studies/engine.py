@@ -35,6 +35,14 @@ ENGINE_MISSING = ("zoo.study runs its trials on Ray Tune, which is not installed
 DONE = ("finished", "diverged")
 
 
+def failures_text(failed):
+    """The lines a command's table ends with for `failed` ({trial: error}, `run_trials`'):
+    empty when none failed."""
+    if not failed:
+        return ""
+    return "\nFailed after retries: " + "; ".join(f"{k}: {v}" for k, v in failed.items()) + "\n"
+
+
 def import_tune():
     """(ray, ray.tune), or a `UserError` that says how to install them."""
     try:
