@@ -29,6 +29,13 @@ Scalings (`scaling=`):
   with n the number of statistics windows, gsum = mean_p mean(MS_p). The same run in new
   units: lambda_new = lambda_old / P, eta_new = eta_old / sqrt(n), eps_new = eps_old /
   sqrt(n), P the number of parameter tensors (`old_to_new`, `new_to_old`).
+- "lamb" (deepmind/lamb `lamb/dyneval.py`, the Mogrifier LSTM's dynamic evaluation, Melis
+  et al. 2020): MS_p = sqrt(sum g_p^2 / n) as "new", but gsum is the mean over every
+  element of every tensor, gsum = sum_p sum(MS_p) / sum_p size(p), so a large tensor
+  weighs more than in "new". The update is the same: lamb's decay_rate is lambda, its
+  min(1, decay_rate MS_p / gsum) is lambda min(decrate_p, 1 / lambda). Its defaults
+  (`lamb_flags.py`: learning rate 0.001, decay 0.02, epsilon 1e-5) are in the Mogrifier
+  presets; lamb tunes them per model (`tune_dyneval.sh`) and publishes no tuned values.
 
 Parameter tensors: `model.trainable_variables`, a tied embedding once (as the reference's
 one shared parameter). The number P and so gsum depend on how the parameters are split into
@@ -46,7 +53,7 @@ WT2 42.41 / 40.68 (from 63.88 / 61.45); AWD-LSTM (Krause) PTB 51.6 / 51.1, WT2 4
 
 CLI:
     python -m zoo.dynamic_eval RUN_DIR|MODEL.keras [--split test|valid] [--lamb L]
-        [--lr ETA] [--epsilon EPS] [--scaling old|new] [--batch-size 100] [--bptt 5]
+        [--lr ETA] [--epsilon EPS] [--scaling old|new|lamb] [--batch-size 100] [--bptt 5]
         [--max-batches N] [--corpus NAME] [--data-dir DIR] [--json OUT] [--quiet]
 The settings default to the `dynamic_evaluation` part of the run's preset (the published
 ones), else to the MoS code's defaults (lambda 0.02, eta 0.002, eps 0.001).
@@ -68,6 +75,7 @@ from zoo.runtime.user_errors import one_line_errors
 
 DEFAULTS = {"lamb": 0.02, "lr": 0.002, "epsilon": 0.001, "batch_size": 100, "bptt": 5,
             "scaling": "old"}
+SCALINGS = ("old", "new", "lamb")
 
 
 @dataclasses.dataclass
@@ -97,9 +105,9 @@ class Settings:
         if self.max_batches is not None and self.max_batches < 1:
             raise UserError("dynamic evaluation: max_batches must be >= 1 (or unset: the "
                             "whole training split).")
-        if self.scaling not in ("old", "new"):
-            raise UserError(f"dynamic evaluation: scaling must be 'old' or 'new'; got "
-                            f"{self.scaling!r}.")
+        if self.scaling not in SCALINGS:
+            raise UserError(f"dynamic evaluation: scaling must be one of "
+                            f"{', '.join(SCALINGS)}; got {self.scaling!r}.")
         return self
 
 
@@ -170,9 +178,12 @@ def gradient_statistics(model, train_ids, settings, progress=False):
     if settings.scaling == "old":
         ms = [np.sqrt(s) for s in sums]
         gsum = sum(float(m.mean()) for m in ms)
-    else:
+    elif settings.scaling == "new":
         ms = [np.sqrt(s / n) for s in sums]
         gsum = sum(float(m.mean()) for m in ms) / len(ms)
+    else:  # "lamb": the mean over all elements
+        ms = [np.sqrt(s / n) for s in sums]
+        gsum = sum(float(m.sum()) for m in ms) / sum(m.size for m in ms)
     if gsum <= 0:
         raise UserError("dynamic evaluation: every gradient on the training split is zero; "
                         "the model cannot be adapted.")
@@ -273,8 +284,9 @@ def build_parser():
     p.add_argument("--lamb", type=float, help="decay towards the original weights, lambda")
     p.add_argument("--lr", type=float, help="learning rate eta")
     p.add_argument("--epsilon", type=float, help="stabilizer eps")
-    p.add_argument("--scaling", choices=["old", "new"],
-                   help="hyperparameter units: old (MoS code, default) or new (Krause's)")
+    p.add_argument("--scaling", choices=list(SCALINGS),
+                   help="hyperparameter units: old (MoS code, default), new (Krause's) or "
+                        "lamb (deepmind/lamb's, the Mogrifier LSTM's)")
     p.add_argument("--batch-size", type=int, help="streams of the statistics pass (100)")
     p.add_argument("--bptt", type=int, help="window length of both passes (5)")
     p.add_argument("--max-batches", type=int,

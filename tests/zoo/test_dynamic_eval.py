@@ -90,10 +90,13 @@ def test_weights_are_restored_and_a_zero_rate_changes_nothing():
         np.testing.assert_array_equal(a, b)
 
 
-def test_statistics_are_the_root_sum_of_squared_window_gradients():
+@pytest.mark.parametrize("scaling", ["old", "new", "lamb"])
+def test_statistics_are_the_root_sum_of_squared_window_gradients(scaling):
+    """old: MS = sqrt(sum g^2), gsum = sum_p mean(MS_p); new: MS = sqrt(sum g^2 / n),
+    gsum = mean_p mean(MS_p); lamb: MS as new, gsum = the mean over every element."""
     model = _model()
     train = _ids(4 * 17, 4)  # 4 streams of 17: windows 5, 5, 5, and a last of 1 left out
-    settings = de.Settings(batch_size=4, bptt=BPTT)
+    settings = de.Settings(batch_size=4, bptt=BPTT, scaling=scaling)
     stats = de.gradient_statistics(model, train, settings)
     assert stats.num_batches == 3
     streams = train.reshape(4, 17)
@@ -103,8 +106,13 @@ def test_statistics_are_the_root_sum_of_squared_window_gradients():
             model, streams[:, i:i + 5], streams[:, i + 1:i + 6], states)
         sums = [s + keras.ops.convert_to_numpy(g).astype("float64") ** 2
                 for s, g in zip(sums, grads)]
-    ms = [np.sqrt(s) for s in sums]
-    gsum = sum(m.mean() for m in ms)
+    if scaling == "old":
+        ms = [np.sqrt(s) for s in sums]
+        gsum = sum(m.mean() for m in ms)
+    else:
+        ms = [np.sqrt(s / 3) for s in sums]
+        everything = np.concatenate([m.ravel() for m in ms])
+        gsum = (np.mean([m.mean() for m in ms]) if scaling == "new" else everything.mean())
     for ours, expected in zip(stats.ms, ms):
         np.testing.assert_allclose(ours, expected, rtol=2e-5, atol=1e-9)
     for ours, m in zip(stats.decrate, ms):
@@ -209,6 +217,9 @@ def test_the_preset_carries_the_published_settings(tiny_run, tmp_path):
     mos = load_preset("awd_lstm_mos_ptb")["dynamic_evaluation"]
     assert (mos["lamb"], mos["lr"], mos["epsilon"]) == (0.075, 0.002, 0.001)
     assert load_preset("awd_lstm_mos_wt2")["dynamic_evaluation"]["epsilon"] == 0.002
+    lamb = load_preset("mogrifier_ptb")["dynamic_evaluation"]  # deepmind/lamb's defaults
+    assert (lamb["scaling"], lamb["lamb"], lamb["lr"], lamb["epsilon"]) == (
+        "lamb", 0.02, 0.001, 1e-5)
 
 
 @pytest.mark.parametrize("args, message", [
