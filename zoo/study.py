@@ -17,8 +17,10 @@ continue from their last epoch checkpoint, the rest train. A folder made for ano
 scale or seed count is refused.
 
 Writes into DIR: `study.json` (what was run), `results.md` (the table; also printed),
-`results.csv`, `curves.png` (validation perplexity per arm, mean +- 1 SD over the seeds) and
-Tune's records under `engine/`. `--scale smoke` runs the study's tiny version (small sizes,
+`results.csv`, `curves.png` (validation perplexity per arm, mean +- 1 SD over the seeds), the
+figures of the study's measures (`zoo.studies.figures`: rank against perplexity, Q and
+embedding spectra, word-similarity bars and win counts; each trial's figures in its
+`measures.json`) and Tune's records under `engine/`. `--scale smoke` runs the study's tiny version (small sizes,
 two seeds, one epoch) in minutes on a CPU: the check that a study runs before it is given a
 cluster.
 
@@ -99,7 +101,7 @@ def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=N
           f"{states.count('interrupted')} to resume, {states.count('new')} new", flush=True)
     failed = engine.run_trials([(t.name, t.config, folder / "trials" / t.name) for t in trials],
                                folder / "engine", data_dir=data_dir, address=address,
-                               workers=workers)
+                               workers=workers, measures=study.get("measures", []))
     rows = aggregate.cells(study, trials, folder)
     table = (f"## {study['name']}: {study['reproduces']} (scale {scale})\n\n"
              + aggregate.markdown(rows, study))
@@ -113,6 +115,16 @@ def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=N
     aggregate.write_csv(rows, folder / "results.csv", study["metrics"])
     figures.curves(trials, folder, folder / "curves.png",
                    f"{study['name']} ({scale}): validation perplexity, mean +- 1 SD")
+    measures = study.get("measures", [])
+    if "rank" in measures:
+        figures.rank_vs_perplexity(trials, folder, folder / "rank_vs_perplexity.png",
+                                   f"{study['name']} ({scale})")
+        figures.spectra(trials, folder, folder / "q_spectra.png", "q")
+    if "embedding_spectrum" in measures:
+        figures.spectra(trials, folder, folder / "embedding_spectra.png", "embedding")
+    if "word_similarity" in measures:
+        figures.word_similarity(trials, folder, folder / "word_similarity.png",
+                                folder / "win_counts.png")
     return rows, failed
 
 

@@ -270,6 +270,7 @@ def test_a_trial_run_again_continues_its_folder_from_the_last_checkpoint(tmp_pat
     metrics = json.loads((path / "metrics.json").read_text())
     assert [h["epoch"] for h in metrics["history"]] == [1, 2]
     stamp = (path / "metrics.json").stat().st_mtime_ns
-    assert engine.train_trial({"trial": trial.name}, plans, None) == {"state": "finished"}
+    assert engine.train_trial({"trial": trial.name}, plans, None) == {"state": "finished",
+                                                                     "error": ""}
     assert (path / "metrics.json").stat().st_mtime_ns == stamp
 

@@ -13,6 +13,9 @@ A study is data, as a preset is:
     seeds         [seed, ...] at paper scale (each trial's `training.seed`)
     metrics       what each trial contributes to the table, from its metrics.json
                   (`valid_perplexity`, `test_perplexity`, `bpc`, ...)
+    measures      optional: ["rank", "word_similarity", "embedding_spectrum"], taken on
+                  every finished trial (`zoo.studies.measures`); their figures
+                  (`press_rank`, `word_similarity_mean`, ...) can be named in `metrics`
     baseline      optional: the arm every other arm is tested against (two-sided Wilcoxon
                   rank-sum over seeds of the first metric, as the thesis's Table 4.9)
     published     [{"arm": ARM, "point": {field: value}, METRIC: value, ...}]: the cells the
@@ -31,11 +34,12 @@ import pathlib
 
 from zoo.bundled_json import bundled_names, read_bundled_json
 from zoo.errors import ConfigError
+from zoo.studies.measures import MEASURES
 
 _DIR = pathlib.Path(__file__).resolve().parent
 SCALES = ("smoke", "paper")
-KEYS = {"description", "reproduces", "arms", "grid", "seeds", "metrics", "baseline",
-        "published", "scales", "assumptions"}
+KEYS = {"description", "reproduces", "arms", "grid", "seeds", "metrics", "measures",
+        "baseline", "published", "scales", "assumptions"}
 
 
 def list_studies():
@@ -77,6 +81,12 @@ def check_study(study, where="the study"):
             bad(f"{key!r} must be a non-empty list of integers")
     if not (isinstance(study["metrics"], list) and study["metrics"]):
         bad("'metrics' must be a non-empty list of metrics.json keys")
+    measures = study.get("measures", [])
+    if not isinstance(measures, list):
+        bad(f"'measures' must be a list of {list(MEASURES)}")
+    unknown = [m for m in measures if m not in MEASURES]
+    if unknown:
+        bad(f"unknown measure(s) {unknown}; a study measures {list(MEASURES)}")
     if study.get("baseline") is not None and study["baseline"] not in arms:
         bad(f"baseline {study['baseline']!r} is not one of the arms {sorted(arms)}")
     for scale in study.get("scales", {}):

@@ -16,6 +16,7 @@ import json
 import math
 
 from zoo.runs.run_state import run_state
+from zoo.studies.measures import flat, read_measures
 from zoo.studies.significance import summary, wilcoxon_rank_sum
 
 
@@ -39,7 +40,8 @@ def cells(study, trials, folder):
         row["states"][trial.seed] = state
         if state != "finished":
             continue
-        metrics = json.loads((path / "metrics.json").read_text())
+        metrics = {**json.loads((path / "metrics.json").read_text()),
+                   **flat(read_measures(path))}
         row["seeds"].append(trial.seed)
         for metric in study["metrics"]:
             value = metrics.get(metric)

@@ -28,6 +28,7 @@ import threading
 from zoo.errors import UserError
 from zoo.runs import atomic_files
 from zoo.runs.run_state import DIVERGED_FILE, run_state
+from zoo.studies.measures import measure_trial, missing
 
 ENGINE_MISSING = ("zoo.study runs its trials on Ray Tune, which is not installed here: "
                   "pip install 'tflm[study]' (Ray Tune and Optuna) or pip install 'ray[tune]', "
@@ -54,15 +55,21 @@ def import_tune():
     return ray, tune
 
 
-def train_trial(tune_config, plans, data_dir):
+def _needs_work(path, measures):
+    state = run_state(path)
+    return state not in DONE or (state == "finished" and bool(missing(path, measures)))
+
+
+def train_trial(tune_config, plans, data_dir, measures=()):
     """Tune's function trainable, in a Ray worker: train (or resume, or skip) one trial's
-    run folder. Returns {"state": its run_state afterwards, "error": the one line of a
-    user-fixable error, or ""}."""
+    run folder, then take the study's `measures` it lacks (`zoo.studies.measures`). Returns
+    {"state": its run_state afterwards, "error": the one line of a user-fixable error, or
+    ""}."""
     config, path = plans[tune_config["trial"]]
     path = pathlib.Path(path)
     state = run_state(path)
     if state in DONE:
-        return {"state": state}
+        return {"state": state, "error": _measure(path, measures, data_dir)}
     # deferred: the frameworks load in the worker, not in the driver that plans
     import keras
     from tflm.callbacks import TrainingDiverged
@@ -78,16 +85,29 @@ def train_trial(tune_config, plans, data_dir):
         atomic_files.write_json(path / DIVERGED_FILE, {"message": str(err)})
     except (UserError, CorpusNotFoundError, CheckpointError) as err:
         error = f"{type(err).__name__}: {err}"
-    return {"state": run_state(path), "error": error}
+    return {"state": run_state(path), "error": error or _measure(path, measures, data_dir)}
 
 
-def run_trials(runs, records, data_dir=None, address=None, workers=None, max_failures=2):
+def _measure(path, measures, data_dir):
+    """Take the measures a finished trial lacks; "" or the one line of what failed."""
+    if not measures or run_state(path) != "finished":
+        return ""
+    try:
+        measure_trial(path, measures, data_dir)
+    except UserError as err:
+        return f"{type(err).__name__}: {err}"
+    return ""
+
+
+def run_trials(runs, records, data_dir=None, address=None, workers=None, max_failures=2,
+               measures=()):
     """Run the trials of `runs` ([(name, zoo.train configuration, run folder)]) whose
-    folders are not done, on Ray Tune, its records in the folder `records`. Returns
-    {trial name: error text} for the trials that failed after their retries (empty when
-    none did)."""
+    folders are not done (or finished without one of `measures`), on Ray Tune, its records
+    in the folder `records`. Returns {trial name: error text} for the trials that failed
+    after their retries (empty when none did)."""
+    measures = tuple(measures)
     pending = [(name, config, pathlib.Path(path).resolve()) for name, config, path in runs
-               if run_state(path) not in DONE]
+               if _needs_work(path, measures)]
     if not pending:
         return {}
     ray, tune = import_tune()
@@ -107,7 +127,7 @@ def run_trials(runs, records, data_dir=None, address=None, workers=None, max_fai
         trainable = tune.with_resources(
             tune.with_parameters(train_trial, plans=plans,
                                  data_dir=str(pathlib.Path(data_dir).resolve())
-                                 if data_dir else None),
+                                 if data_dir else None, measures=measures),
             {"cpu": 1, "gpu": 1} if gpus else {"cpu": 1})
         tuner = tune.Tuner(
             trainable, param_space={"trial": tune.grid_search(list(plans))},
