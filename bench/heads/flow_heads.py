@@ -152,7 +152,7 @@ def _build(hidden, head, batch, bptt, field, lr, vocab=10_000, embed=400, seed=1
     import keras
 
     from zoo.runs.builders import build_model, make_optimizer
-    from zoo.runs.initial_weights import set_sampling_proposal
+    from zoo.runs.initial_weights import set_training_word_counts
     from zoo.runs.settings import RunSettings
     keras.utils.set_random_seed(seed)
     config = _ptb_config(hidden, head, lr, embed)
@@ -162,7 +162,7 @@ def _build(hidden, head, batch, bptt, field, lr, vocab=10_000, embed=400, seed=1
     model.build()
     rng = np.random.default_rng(seed)
     data = rng.integers(0, vocab, size=(batch, 8 * bptt + 1)).astype("int32")
-    set_sampling_proposal(model, data.ravel(), vocab)
+    set_training_word_counts(model, data.ravel(), vocab)
     randomized = _randomize_field(model) if field == "random" else []
     model.compile(optimizer=make_optimizer(settings.training))
     windows = [(data[:, i:i + bptt], data[:, i + 1:i + bptt + 1])

@@ -82,6 +82,31 @@ def test_main_job_end_to_end(tmp_path, capsys):
     assert "already holds a finished run" in capsys.readouterr().err
 
 
+def test_the_final_model_is_evaluated_when_asked(tmp_path, capsys):
+    """training.final_evaluation.model = "final": the figures are final.keras's (the
+    overfitted model of the flooding tables), the validation evaluated afresh."""
+    out = tmp_path / "run"
+    # a rate at which the validation perplexity jumps about: the last epoch is not the best
+    assert train.main(["--epochs", "4", "--out", str(out), *TINY, "--set",
+                       'training.final_evaluation={"model": "final"}', "--set",
+                       "training.lr=60"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["best_epoch"] < 4, metrics["history"]
+    assert metrics["evaluation"]["model"] == "final.keras"
+    assert "valid_from" not in metrics["evaluation"]
+    import keras
+    from tflm import data
+    config = json.loads((out / "config.json").read_text())
+    corpus, _ = load_data(config["corpus"], None)
+    ds = data.lm_dataset(corpus.test, config["training"]["test_batch_size"], 10, train=False)
+    final = keras.saving.load_model(out / "final.keras")
+    assert final.evaluate(ds, verbose=0, return_dict=True)["perplexity"] == pytest.approx(
+        metrics["test_perplexity"], rel=1e-5)
+    assert train.main(["--out", str(tmp_path / "bad"), *TINY, "--set",
+                       'training.final_evaluation={"model": "last"}']) == 2
+    assert "must be one of 'best', 'final'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, message", [
     (["--preset", "no_such_preset"], "Unknown preset"),
     (["--head", "no_such_head"], "unknown head"),

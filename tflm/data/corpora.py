@@ -1,10 +1,11 @@
 """Every corpus by name or directory, at both levels: `load_corpus`.
 
 Word-level corpora (PTB, WikiText-2, a directory) are `tflm.data.corpus`'s; the
-character-level PTB, derived from the word-level files, is `tflm.data.characters`'s.
+character-level PTB, derived from the word-level files, is `tflm.data.characters`'s; text8
+(characters, Mikolov's 90M / 5M / 5M split) is `tflm.data.text8`'s.
 """
 
-from tflm.data import characters
+from tflm.data import characters, text8
 from tflm.data.corpus import SPLITS, check_splits, load_word_corpus
 
 
@@ -13,12 +14,18 @@ def load_corpus(name_or_path, data_dir=None, *, splits=SPLITS, download=True):
 
     Names: "ptb" (aliases "penn", "penn-treebank"), "wikitext-2" ("wt2") and "ptb-char"
     (character-level PTB: `tflm.data.characters`, derived from the word-level files when
-    `pennchar/` is absent; its corpus has `level == "char"`). They are looked
+    `pennchar/` is absent; its corpus has `level == "char"`) and "text8" (`tflm.data.text8`:
+    27 characters, no `<eos>`, the standard 90M / 5M / 5M split, `level == "char"`; for its
+    options, `verify=False` and `split_sizes=` for a miniature, call
+    `tflm.data.text8.load_text8`). They are looked
     up in the data directory (`data_dir`, else `$TFLM_DATA_DIR`, else `$XDG_CACHE_HOME/tflm/data`
     or `~/.cache/tflm/data`) under any of these layouts, per split:
 
         PTB:         penn/train.txt, penn/ptb.train.txt, ptb.train.txt
         WikiText-2:  wikitext-2/train.txt, wikitext-2/wiki.train.tokens, wiki.train.tokens
+        WikiText-103 ("wikitext-103", "wt103"): wikitext-103/train.txt,
+                     wikitext-103/wiki.train.tokens (never downloaded: 181 MB zipped;
+                     unzip wikitext-103-v1.zip into the data directory)
 
     A missing required split is downloaded from its public source into
     `<data_dir>/penn/` or `<data_dir>/wikitext-2/` (checksum verified, written atomically);
@@ -56,4 +63,6 @@ def load_corpus(name_or_path, data_dir=None, *, splits=SPLITS, download=True):
     splits = check_splits(splits)
     if isinstance(name_or_path, str) and name_or_path.lower() in characters.NAMES:
         return characters.load_char_corpus(data_dir)
+    if isinstance(name_or_path, str) and name_or_path.lower() in text8.NAMES:
+        return text8.load_text8(data_dir, download=download)
     return load_word_corpus(name_or_path, data_dir, splits=splits, download=download)

@@ -25,14 +25,19 @@ _SPLIT_ALIASES = {"train": "train", "valid": "valid", "validation": "valid", "va
                   "test": "test"}
 
 _NAMES = {"ptb": "ptb", "penn": "ptb", "penn-treebank": "ptb", "penn_treebank": "ptb",
-          "wikitext-2": "wikitext-2", "wikitext2": "wikitext-2", "wt2": "wikitext-2"}
-_TITLES = {"ptb": "Penn Treebank", "wikitext-2": "WikiText-2"}
+          "wikitext-2": "wikitext-2", "wikitext2": "wikitext-2", "wt2": "wikitext-2",
+          "wikitext-103": "wikitext-103", "wikitext103": "wikitext-103", "wt103": "wikitext-103"}
+_TITLES = {"ptb": "Penn Treebank", "wikitext-2": "WikiText-2", "wikitext-103": "WikiText-103"}
 
 # Where each split of a named corpus may live, relative to the data directory, in order.
 _LAYOUTS = {
     "ptb": ("penn/{s}.txt", "penn/ptb.{s}.txt", "ptb.{s}.txt"),
     "wikitext-2": ("wikitext-2/{s}.txt", "wikitext-2/wiki.{s}.tokens", "wiki.{s}.tokens"),
+    "wikitext-103": ("wikitext-103/{s}.txt", "wikitext-103/wiki.{s}.tokens"),
 }
+# Named corpora without a built-in download (WikiText-103: 181 MB zipped, 0.5 GB of text).
+_GET = {"wikitext-103": "https://s3.amazonaws.com/research.metamind.io/wikitext/"
+                        "wikitext-103-v1.zip"}
 # File names accepted inside a plain corpus directory.
 _DIR_LAYOUT = ("{s}.txt", "ptb.{s}.txt", "wiki.{s}.tokens")
 VOCAB_FILE = "vocab.txt"
@@ -221,8 +226,8 @@ def check_splits(splits):
 
 
 def load_word_corpus(name_or_path, data_dir=None, *, splits=SPLITS, download=True):
-    """`tflm.data.load_corpus` for a word-level corpus: "ptb", "wikitext-2" (and their
-    aliases) or a directory. The arguments, the layouts looked up, the downloads and the
+    """`tflm.data.load_corpus` for a word-level corpus: "ptb", "wikitext-2", "wikitext-103"
+    (and their aliases) or a directory. The arguments, the layouts looked up, the downloads and the
     errors are `load_corpus`'s (see there)."""
     splits = check_splits(splits)
     key = _NAMES.get(name_or_path.lower()) if isinstance(name_or_path, str) else None
@@ -232,9 +237,12 @@ def load_word_corpus(name_or_path, data_dir=None, *, splits=SPLITS, download=Tru
     files = {s: _find(directory, _LAYOUTS[key], s) for s in SPLITS}
     missing = [s for s in splits if files[s] is None]
     if missing:
-        urls = _download.urls_for(key, missing) if download else []
+        urls = _download.urls_for(key, missing) if download and key not in _GET else []
         reason = "downloading was disabled (download=False)"
-        if download:
+        if key in _GET:
+            reason = (f"{_TITLES[key]} has no built-in download (get {_GET[key]} and "
+                      f"unzip it into {directory})")
+        elif download:
             try:
                 got = _download.download_corpus(key, directory, missing)
             except _download.DownloadError as error:
@@ -269,7 +277,7 @@ def _not_found(key, directory, missing, urls, reason, present):
 
 
 def _load_directory(directory, splits):
-    names = ", ".join(sorted(set(_NAMES) | {"ptb-char"}))
+    names = ", ".join(sorted(set(_NAMES) | {"ptb-char", "text8", "lm1b"}))
     if not directory.is_dir():
         raise CorpusNotFoundError(
             f"{str(directory)!r} is neither a known corpus name ({names}) nor a directory. "

@@ -8,6 +8,7 @@ from tflm.layers.softmax import SoftmaxLayer
 from tflm.layers.dropout import EmbeddingDropout, LockedDropout, StreamDropout
 from tflm.layers.noise import EmbeddingNoise
 from tflm.layers.past_decode import PastDecode
+from tflm.layers.frage import FrageAdversary, FrageMoments
 from tflm.layers.spectral_embedding import SpectralEmbedding
 from tflm.layers.lstm import WeightDropLSTM
 from tflm.layers.mogrifier import MogrifierLSTM

@@ -67,10 +67,14 @@ class MogrifierLSTM(keras.layers.Layer):
       TN(0, s), s = (fan_in k)^(-1/4); their biases a^i, b^i zero (`mogrifier_bias`,
       lamb's; the paper's equations have none).
 
-    Kernel: the portable loop only (`keras.ops` and Keras' RNN time loop: every backend and
+    Kernel: the portable loop (`keras.ops` and Keras' RNN time loop: every backend and
     device, autodiff for gradients). There is no fused kernel: x^up depends on h_{t-1}, so
     the input projection cannot be hoisted out of the loop as `WeightDropLSTM`'s portable
-    path does; each step runs the 2r small gate matmuls and one [x, h] [W; U] matmul.
+    path does; each step runs the 2r small gate matmuls and one [x, h] [W; U] matmul. The
+    compiled paths are the backend's: XLA (`jit_compile=True` on TensorFlow, always on
+    JAX), and `unroll=True` (keras.layers.LSTM's option: the time loop written out step by
+    step, for a window of known length, so that the compiler sees and fuses across steps;
+    bench/training/results/mogrifier_step.md measures both against the loop).
 
     Carried state: `initial_state=[h, c]`, returned with `return_state=True` (the same
     (h, c) pair per layer as `WeightDropLSTM`, so `tflm.LanguageModel` carries it between
@@ -90,6 +94,9 @@ class MogrifierLSTM(keras.layers.Layer):
         seed: seed of the state-dropout masks.
         return_sequences: return every step's h (default True) or the last.
         return_state: also return the final [h, c].
+        unroll: write the time loop out step by step (Keras' `unroll`; more memory and a
+            longer compile). A window whose length is unknown when traced (a symbolic
+            build) runs the loop: the same outputs. Default False.
 
     Input shape: `(batch, time, features)`. Output: `(batch, time, units)` (or
     `(batch, units)`), then h and c `(batch, units)` with `return_state`.
@@ -100,7 +107,7 @@ class MogrifierLSTM(keras.layers.Layer):
 
     def __init__(self, units, rounds=5, rank=None, state_dropout=0.0, cap_input_gate=False,
                  mogrifier_bias=True, forget_bias=1.0, init="keras", seed=None,
-                 return_sequences=True, return_state=False, **kwargs):
+                 return_sequences=True, return_state=False, unroll=False, **kwargs):
         super().__init__(**kwargs)
         if int(units) < 1:
             raise ValueError(f"MogrifierLSTM: units must be >= 1; got {units}.")
@@ -127,6 +134,7 @@ class MogrifierLSTM(keras.layers.Layer):
         self.seed = seed
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
+        self.unroll = bool(unroll)
         self.seed_generator = keras.random.SeedGenerator(seed)
         self.supports_masking = True  # `mask` is consumed (held state), not propagated
         self.mogrifier_kernels, self.mogrifier_right, self.mogrifier_biases = [], [], []
@@ -242,8 +250,13 @@ class MogrifierLSTM(keras.layers.Layer):
             return h, [h, c]
 
         last, outputs, states = compat.rnn_loop(
-            step, sequences, initial_state, mask=mask, go_backwards=False, unroll=False,
+            step, sequences, initial_state, mask=mask, go_backwards=False,
+            unroll=self.unroll and isinstance(sequences.shape[1], int),
             zero_output_for_mask=True, return_all_outputs=self.return_sequences)
+        if mask is not None and self.return_sequences:
+            # Keras' unrolled loop on JAX repeats the last output at masked steps instead
+            # of zeroing them (zero_output_for_mask); the loop zeroes them already
+            outputs = outputs * ops.cast(mask, outputs.dtype)[:, :, None]
         output = outputs if self.return_sequences else last
         if self.return_state:
             return [output] + list(states)
@@ -266,7 +279,7 @@ class MogrifierLSTM(keras.layers.Layer):
                       state_dropout=self.state_dropout, cap_input_gate=self.cap_input_gate,
                       mogrifier_bias=self.mogrifier_bias, forget_bias=self.forget_bias,
                       init=self.init, seed=self.seed, return_sequences=self.return_sequences,
-                      return_state=self.return_state)
+                      return_state=self.return_state, unroll=self.unroll)
         return config
 
 

@@ -13,6 +13,7 @@ published command: their `reference.table` names Parthiban 2020 Table 4.3 and
 
 Defaults as read in the reference code (argparse `default=` of main.py at the commits named):
 salesforce/awd-lstm-lm 1d466ec, zihangdai/mos 9c0c608, nttcslab-nlp/doc_lm bd0d76f,
+ChengyueGongR/Frequency-Agnostic cfb024a (`mos-lm/main.py`),
 quettabit/awd-lstm-lmkit 6510d06 (`utils/cli_parser.py`, `base_models/args/dai.py`,
 `top_models/*/args`). All three AWD-LSTM-family scripts validate at batch 10 and test at
 batch 1 (`eval_batch_size = 10`, `test_batch_size = 1`), scale the learning rate by
@@ -62,6 +63,16 @@ _DOC = dict(_MOS, var=0.0, num4embed=0, num4first=0, num4second=0)
 # commands name an `awd-lstm-lm` folder the repository does not contain: for those, the
 # salesforce defaults with the same three flags (stated in those presets).
 _ADVSOFT = {"switch": 180, "epsilon": 0.005, "gaussian": 0.15}
+# ChengyueGongR/Frequency-Agnostic cfb024a mos-lm/main.py (FRAGE on MoS): MoS' flags, the
+# switch epoch to ASGD (its only trigger), the embedding noise, and FRAGE's: --moment
+# (store_true) with --moment_split / --moment_lambda. --adv is store_false (giving it turns
+# the discriminator off) and main.py sets args.adv = False before training in any case, so
+# the --adv_* flags change nothing; --epsilon reaches the model, whose forward does not read
+# it. Booleans are store_true / store_false flags (`parse_command`).
+_FRAGE_MOS = {"switch": 200, "epsilon": 0.005, "gaussian": 0.0, "moment": False,
+              "moment_split": 2000, "moment_lambda": 0.01, "adv": True, "adv_bias": 1000,
+              "adv_lambda": 0.02, "adv_lr": 0.01, "adv_wdecay": 1.2e-6,
+              "mmd_kernel_alpha": 0.5, "mmd_lambda": 0.1, "continue_train": False}
 
 REFERENCE_DEFAULTS = {
     "salesforce/awd-lstm-lm": _SALESFORCE,
@@ -69,6 +80,7 @@ REFERENCE_DEFAULTS = {
     "nttcslab-nlp/doc_lm": _DOC,
     "ChengyueGongR/advsoft": dict(_MOS, **_ADVSOFT),
     "ChengyueGongR/advsoft:awd-lstm-lm": dict(_SALESFORCE, **_ADVSOFT),
+    "ChengyueGongR/Frequency-Agnostic": dict(_MOS, **_FRAGE_MOS),
 }
 
 # Flags that change nothing our presets describe: paths, devices, logging, and MoS' gradient
@@ -262,6 +274,10 @@ def parse_command(command, defaults):
         if name in _IGNORED:
             i += 2 if takes_value else 1
             continue
+        if isinstance(defaults[name], bool):  # store_true / store_false: the other value
+            values[name] = not defaults[name]
+            i += 1
+            continue
         if isinstance(defaults[name], list):  # nargs="+": --when 300 400
             end = next((j for j in range(i + 1, len(words)) if words[j].startswith("--")),
                        len(words))
@@ -340,6 +356,12 @@ def implied_settings(preset):
         out.update({"training.switch": "epoch", "training.switch_epoch": flags["switch"],
                     "model.head.adversarial_alpha": flags["epsilon"],
                     "model.embedding_noise": flags["gaussian"]})
+    if code == "ChengyueGongR/Frequency-Agnostic":  # ASGD from epoch --switch, noise, FRAGE
+        out.update({"training.switch": "epoch", "training.switch_epoch": flags["switch"],
+                    "model.embedding_noise": flags["gaussian"],
+                    "model.frage": ({"method": "moments", "popular": flags["moment_split"],
+                                     "coefficient": flags["moment_lambda"]}
+                                    if flags["moment"] else None)})
     if head in ("mos", "moc"):
         out.update({f"{prefix}.num_experts": flags["n_experts"],
                     f"{prefix}.latent_dropout": latent})
@@ -354,6 +376,8 @@ def implied_settings(preset):
         bptt = parse_command(ref["evaluate"], {"bptt": 5000})["bptt"]
         out.update({"training.final_evaluation": {"valid_batch_size": 1, "test_batch_size": 1,
                                                   "bptt": bptt}})
+    if "past_decode" in ref:  # lambda_PDR: a regularizer on top of the cited command
+        out["model.past_decode"] = ref["past_decode"]
     if "finetune" in ref:
         tune = parse_command(ref["finetune"], defaults)
         out.update({"finetune.lr": tune["lr"], "finetune.epochs": tune["epochs"],

@@ -20,7 +20,8 @@ def load_data(settings, data_dir=None):
     `lm1b`, the 1B Word benchmark (`tflm.data.lm1b`: `<data_dir>/` + the release's folder
     name unless `path` names the folder; `vocab_size` (100,000), `heldout` shard numbers,
     `verify` the published line counts (true), `cache` the encoded splits as .npy beside the
-    release, in `<folder>-cache-<vocab_size>` (true));
+    release, in `<folder>-cache-<vocab_size>` (true)), or `text8` (`tflm.data.text8`:
+    `path`, `verify` the published size and sha1 (true), `split_sizes` ([90M, 5M, 5M]));
     `max_train_tokens` / `max_valid_tokens` / `max_test_tokens` keep only the first tokens
     of a split, of any corpus (shortened reproductions on small machines).
 
@@ -46,6 +47,8 @@ def load_data(settings, data_dir=None):
         try:
             if name in data.lm1b.NAMES:
                 corpus = _load_lm1b(cfg, data_dir)
+            elif name in data.text8.NAMES:
+                corpus = _load_text8(cfg, data_dir)
             else:
                 corpus = data.load_corpus(name, data_dir=data_dir)
         except ConfigError:
@@ -73,6 +76,20 @@ def _load_lm1b(cfg, data_dir):
         return data.lm1b.load_lm1b(root, vocab_size=vocab_size, heldout=cfg.get("heldout"),
                                    verify=bool(cfg.get("verify", True)), cache_dir=cache)
     except data.ChecksumError as err:  # an altered copy: the user replaces it
+        raise UserError(str(err)) from err
+
+
+def _load_text8(cfg, data_dir):
+    """text8 (`tflm.data.text8`) with a `corpus` part's options: `path` (a text8 file or
+    text8.zip instead of the data directory's), `verify` (the published size and sha1;
+    true), `split_sizes` (train, valid, test characters; [90M, 5M, 5M]); `vocab_size`
+    only documents the 27 characters."""
+    text8 = data.text8
+    try:
+        return text8.load_text8(data_dir, path=cfg.get("path"),
+                                split_sizes=cfg.get("split_sizes"),
+                                verify=bool(cfg.get("verify", True)))
+    except data.ChecksumError as err:  # not the published file: the user replaces it
         raise UserError(str(err)) from err
 
 

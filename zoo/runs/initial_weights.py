@@ -30,13 +30,18 @@ def check_init_model(path, model, vocabulary, what="--init-from"):
               f"{type(model.head).__name__}; at their initialisation: {', '.join(fresh)}")
 
 
-def set_sampling_proposal(model, train_ids, vocab_size):
-    """A head trained by importance sampling (`num_samples`) draws its noise words from the
-    training split's unigram distribution, as the reference CNF code (Andonov 2019 §6.6.3).
-    The proposal is saved with the model, so a resumed run keeps it."""
+def set_training_word_counts(model, train_ids, vocab_size):
+    """Give the parts of `model` that read the training split's word counts their counts:
+    a head trained by importance sampling (`num_samples`) draws its noise words from the
+    unigram distribution, as the reference CNF code (Andonov 2019 §6.6.3); FRAGE
+    (`model.frage_layer`) calls the most frequent words popular. Both are saved with the
+    model, so a resumed run keeps them."""
     sampler = getattr(model.head, "sampler", None)
     if sampler is not None:
         sampler.set_proposal(np.bincount(np.asarray(train_ids), minlength=vocab_size))
+    frage = getattr(model, "frage_layer", None)
+    if frage is not None:
+        frage.set_word_counts(np.bincount(np.asarray(train_ids), minlength=vocab_size))
 
 
 def load_for_finetune(model, run_dir, vocabulary):

@@ -76,12 +76,17 @@ _TRAINING_RULES = (
      "[] for none"),
 )
 _EVALUATION_FIELDS = ("bptt", "valid_batch_size", "test_batch_size")
+EVALUATED_MODELS = ("best", "final")
 _CORPUS_SIZES = ("train_tokens", "valid_tokens", "test_tokens")
 _CORPUS_LIMITS = ("max_train_tokens", "max_valid_tokens", "max_test_tokens")
 # tflm.data.lm1b.NAMES and the options zoo.runs.corpora reads (not imported: tflm.data
 # starts TensorFlow); tests/zoo/runs/test_settings.py checks that they agree.
 _LM1B_NAMES = ("lm1b", "1b", "1b-word", "one-billion-word", "billion-word")
 _LM1B_OPTIONS = ("path", "vocab_size", "heldout", "verify", "cache")
+# tflm.data.text8.NAMES and the options zoo.runs.corpora reads for it (checked alike, in
+# tests/tflm/data/test_text8.py).
+_TEXT8_NAMES = ("text8",)
+_TEXT8_OPTIONS = ("path", "split_sizes", "verify")
 
 
 def _check(section, values, fields, test, what):
@@ -114,21 +119,29 @@ def check_training_part(values, section="training"):
 class FinalEvaluation:
     """`training.final_evaluation`: the final validation and test passes' protocol where
     it differs from training's (None: the training part's bptt, eval_batch_size,
-    test_batch_size)."""
+    test_batch_size), and which model they evaluate: "best" (default: best.keras, the
+    epoch of the best validation perplexity, as the references test) or "final"
+    (final.keras, the model training ended with: Parthiban 2020's flooding-to-overfit
+    tables, Tables 5.8-5.10, report the overfitted model)."""
     bptt: int = None
     valid_batch_size: int = None
     test_batch_size: int = None
+    model: str = "best"
 
     @classmethod
     def from_dict(cls, values):
         values = values or {}
         if not isinstance(values, dict):
             raise ConfigError("training.final_evaluation must be an object with bptt, "
-                              f"valid_batch_size, test_batch_size; got {values!r}.")
-        refuse_unknown("training.final_evaluation", values, _EVALUATION_FIELDS)
+                              f"valid_batch_size, test_batch_size, model; got {values!r}.")
+        refuse_unknown("training.final_evaluation", values, _EVALUATION_FIELDS + ("model",))
         _check("training.final_evaluation", values, _EVALUATION_FIELDS,
                lambda v: is_integer(v) and v >= 1, "a positive integer")
-        return cls(**{k: values[k] for k in _EVALUATION_FIELDS if k in values})
+        if values.get("model", "best") not in EVALUATED_MODELS:
+            raise ConfigError(f"training.final_evaluation.model must be one of "
+                              f"{', '.join(map(repr, EVALUATED_MODELS))}; got "
+                              f"{values['model']!r}.")
+        return cls(**{k: values[k] for k in _EVALUATION_FIELDS + ("model",) if k in values})
 
 
 # Fields of the `training` part that the model itself owns (`tflm.LanguageModel`
@@ -307,6 +320,9 @@ def corpus_keys(name, kind="markov"):
     if name in _LM1B_NAMES:
         return ({*common, *_LM1B_OPTIONS}, f" (corpus {name})",
                 {"vocab_size": "integer", "verify": "boolean", "cache": "boolean"})
+    if name in _TEXT8_NAMES:
+        return ({*common, "vocab_size", *_TEXT8_OPTIONS}, f" (corpus {name})",
+                {"vocab_size": "integer", "verify": "boolean"})
     return {*common, "vocab_size"}, f" (corpus {name})", {"vocab_size": "integer"}
 
 

@@ -41,7 +41,7 @@ from zoo.runs.corpora import check_split_sizes, load_data
 from zoo.runs.eval_window import window_for_run
 from zoo.runs.final_evaluation import final_evaluation, xla_pays
 from zoo.runs.initial_weights import (check_init_model, finetune_baseline, load_for_finetune,
-                                      set_sampling_proposal)
+                                      set_training_word_counts)
 from zoo.runs.phase_timer import PhaseTimer
 from zoo.runs.resume import recover_run, resume_config
 from zoo.runs.run_dir import NewRunDir, prepare_run_dir
@@ -209,12 +209,16 @@ class TrainingRun:
             run_outputs.save_final(self.model, self.out, best["epoch"])
         # the final passes run on one device: a test batch of one stream splits over none
         keras.distribution.set_distribution(previous)
+        evaluated = self.training.final_evaluation.model  # "best" or "final"
         with self.timer.phase("load_best"):
-            best_model = load_model(self.out / "best.keras")
+            best_model = load_model(self.out / f"{evaluated}.keras")
         results = self.results(history, best, speed, jax_cache)
         results.update(final_evaluation(
             best_model, self.corpus, self.training, self.eval_window, self.pad,
-            self.pad_to_compiled, best, best_validated_as_saved, self.timer))
+            self.pad_to_compiled, best, best_validated_as_saved and evaluated == "best",
+            self.timer))
+        if evaluated == "final":
+            results["evaluation"]["model"] = "final.keras"
         results["seconds"] = self.timer.report()
         run_outputs.write_metrics(self.out, results)
         return results
@@ -231,7 +235,7 @@ class TrainingRun:
         self.model = model = build_model(self.settings, len(self.vocabulary))
         model.compile(optimizer=make_optimizer(self.training))
         model.build((None, None))
-        set_sampling_proposal(model, self.corpus.train, len(self.vocabulary))
+        set_training_word_counts(model, self.corpus.train, len(self.vocabulary))
         if init_from:
             check_init_model(init_from, model, self.vocabulary)
         if finetune_from:

@@ -276,6 +276,33 @@ def test_masked_steps_hold_the_state_and_output_zeros():
     np.testing.assert_allclose(np.asarray(c), ref_c, atol=2e-5)
 
 
+def test_the_unrolled_loop_equals_the_loop_and_the_equations():
+    """`unroll=True` (the time loop written out): the same outputs, states and masked steps
+    as the NumPy transcription, and the same gradients as the loop."""
+    import tensorflow as tf
+    rng = np.random.default_rng(6)
+    weights = paper_weights(rng, 5, 4, 5, 2)
+    loop, unrolled = _layer(5, 4, 5, 2), _layer(5, 4, 5, 2, unroll=True)
+    for layer in (loop, unrolled):
+        set_paper_weights(layer, weights)
+    x = rng.standard_normal((2, 6, 5)).astype("float32")
+    mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 0, 1, 1, 1]], bool)
+    h0 = rng.standard_normal((2, 4)).astype("float32")
+    c0 = np.zeros((2, 4), "float32")
+    ref = paper_forward(x, h0, c0, weights, mask=mask)
+    grads = []
+    for layer in (loop, unrolled):
+        with tf.GradientTape() as tape:
+            got = layer(x, initial_state=[h0, c0], mask=mask)
+            loss = tf.reduce_sum(got[0] ** 2) + tf.reduce_sum(got[2])
+        for a, b in zip(got, ref):
+            np.testing.assert_allclose(np.asarray(a), b, atol=2e-5)
+        grads.append([np.asarray(g) for g in tape.gradient(loss, layer.trainable_weights)])
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+    assert MogrifierLSTM.from_config(unrolled.get_config()).unroll
+
+
 def test_state_dropout_drops_the_recurrent_input_with_one_mask_per_sequence(monkeypatch):
     """The mask multiplies h_{t-1} before mogrification at every step of the window (the
     same mask each step); the carried h_t, c_t are not dropped; inference uses none."""
@@ -355,17 +382,19 @@ def test_other_backends_match_the_equations(backend):
                                                       set_paper_weights)
         rng = np.random.default_rng(0)
         weights = paper_weights(rng, 5, 4, 5, 2)
-        layer = MogrifierLSTM(4, rounds=5, rank=2, cap_input_gate=True, return_state=True)
-        layer.build((None, None, 5))
-        set_paper_weights(layer, weights)
         x = rng.standard_normal((2, 6, 5)).astype("float32")
         mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool)
         h0 = rng.standard_normal((2, 4)).astype("float32")
         c0 = np.zeros((2, 4), "float32")
-        got = layer(x, initial_state=[h0, c0], mask=mask)
         ref = paper_forward(x, h0, c0, weights, cap_input_gate=True, mask=mask)
-        for a, b in zip(got, ref):
-            np.testing.assert_allclose(keras.ops.convert_to_numpy(a), b, atol=2e-5)
+        for unroll in (False, True):  # the loop and the loop written out
+            layer = MogrifierLSTM(4, rounds=5, rank=2, cap_input_gate=True,
+                                  return_state=True, unroll=unroll)
+            layer.build((None, None, 5))
+            set_paper_weights(layer, weights)
+            got = layer(x, initial_state=[h0, c0], mask=mask)
+            for a, b in zip(got, ref):
+                np.testing.assert_allclose(keras.ops.convert_to_numpy(a), b, atol=2e-5)
         print("FORWARD_OK")
     """)
     assert "FORWARD_OK" in out

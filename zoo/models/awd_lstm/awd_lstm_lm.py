@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tflm.layers.frage import frage_settings, make_frage
 from tflm.layers.past_decode import PastDecode
 from tflm.padding import masked_mean
 from zoo.models.awd_lstm.awd_lstm_backbone import AWDLSTMBackbone
@@ -22,7 +23,7 @@ class AWDLSTM(BackboneHeadModel):
 
         g, layers = AWDLSTMBackbone(w);   log P(. | c) = head(g)   (DOC: head(layers))
         extra loss (training): alpha * mean(g^2) + beta * mean((r_L[t+1] - r_L[t])^2)
-                               [+ past_decode * L_PDR]
+                               [+ past_decode * L_PDR] [+ FRAGE's term on E]
 
     with g the last layer's dropped output and r_L its raw (undropped) output. The backbone
     (`model.backbone`) returns every layer's hidden states; its parts are also reachable as
@@ -48,6 +49,13 @@ class AWDLSTM(BackboneHeadModel):
             next-word distribution through E, a stateless tanh layer and the head's decoder;
             its cross-entropy, times lambda_PDR, joins the training loss). Heads: softmax,
             MoS, MoC. Default 0 (off; the layer and its weights exist only when on).
+        frage: FRAGE (Gong et al. 2018, `tflm.layers.frage`), any head: None (default, off:
+            no layer, no weights), True, or a dict: {"method": "adversarial"} (a linear
+            discriminator stepped each training step, the embeddings trained to fool it;
+            options popular, coefficient, discriminator_lr, discriminator_weight_decay,
+            adversary_words) or {"method": "moments"} (the four moments of popular and rare
+            embeddings matched; popular, coefficient). `python -m zoo.train` sets the
+            popular / rare split from the training split's counts.
         freeze_base: train the head's own weights only (a NeuralODE or flow head put on a
             pre-trained model, the "freeze" rows of Andonov 2019 Tables 7.3-7.10): the
             backbone, with the tied embedding and output bias, and a flow's base head
@@ -71,7 +79,7 @@ class AWDLSTM(BackboneHeadModel):
                  dropout_e=0.1, weight_dropout=0.5, alpha=2.0, beta=1.0, head="softmax",
                  use_cudnn="auto", seed=None, init="keras", lstm_biases=1, embedding_noise=0.0,
                  cosine_regularization=0.0, spectrum_control=None, freeze_base=False,
-                 past_decode=0.0, **kwargs):
+                 past_decode=0.0, frage=None, **kwargs):
         super().__init__(**kwargs)
         with self.own_dtype_policy():
             self.backbone = AWDLSTMBackbone(
@@ -93,6 +101,11 @@ class AWDLSTM(BackboneHeadModel):
                 PastDecode(self.past_decode, embedding=self.embedding, head=self.head,
                            init=self.backbone.init, name="past_decode")
                 if self.past_decode else None)
+            self.frage = frage_settings(frage)  # None when off: no layer, no weights
+            self.frage_layer = (
+                make_frage(self.frage, self.vocab_size, self.backbone.embed_dim,
+                           init=self.backbone.init)
+                if self.frage is not None else None)
         self.alpha, self.beta = float(alpha), float(beta)
         self.freeze_base = bool(freeze_base)
         if self.freeze_base and not self.tie_weights:
@@ -108,6 +121,9 @@ class AWDLSTM(BackboneHeadModel):
         if self.past_decode_layer is not None:
             with self.own_dtype_policy():
                 self.past_decode_layer.build()
+        if self.frage_layer is not None:
+            with self.own_dtype_policy():
+                self.frage_layer.build()
         if self.freeze_base:
             self.backbone.trainable = False  # with it the tied embedding the head uses
             if getattr(self.head, "base", None) is not None:
@@ -126,6 +142,8 @@ class AWDLSTM(BackboneHeadModel):
         log_probs, new_states = super()._forward(tokens, states, training, targets)
         if training and self.past_decode_layer is not None:
             self.past_decode_layer(log_probs, tokens, training=True)  # adds lambda L_PDR
+        if training and self.frage_layer is not None:  # steps D (adversarial), adds its term
+            self.frage_layer(self.embedding.embeddings, training=True)
         return log_probs, new_states
 
     def _add_training_losses(self, out):
@@ -151,4 +169,6 @@ class AWDLSTM(BackboneHeadModel):
                       head=self._head_config(), freeze_base=self.freeze_base)
         if self.past_decode:  # only when on: earlier saved configs stay as they were
             config["past_decode"] = self.past_decode
+        if self.frage is not None:  # likewise
+            config["frage"] = dict(self.frage)
         return config

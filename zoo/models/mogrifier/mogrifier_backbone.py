@@ -51,6 +51,8 @@ class MogrifierBackbone(keras.layers.Layer):
             factor 1; orthogonal P) or "keras" (Keras' LSTM initialisation, the embedding
             U(-0.1, 0.1)).
         seed: seed of every dropout mask (None: nondeterministic).
+        unroll: the layers' time loops written out step by step (`MogrifierLSTM`'s
+            `unroll`). Default False.
 
     Reference: Melis, Kočiský & Blunsom 2020; deepmind/lamb lamb/lm.py, lamb/cell.py
     (build_cell), lamb/skip_multi_rnn_cell.py.
@@ -60,7 +62,7 @@ class MogrifierBackbone(keras.layers.Layer):
                  rank=84, input_dropout=0.0, inter_layer_dropout=0.0, state_dropout=0.0,
                  output_dropout=0.0, shared_mask_dropout=False, skip_connections=True,
                  cap_input_gate=True, forget_bias=1.0, output_dim=None, init="lamb",
-                 seed=None, **kwargs):
+                 seed=None, unroll=False, **kwargs):
         super().__init__(**kwargs)
         if int(num_layers) < 1:
             raise ValueError(f"num_layers must be >= 1; got {num_layers}.")
@@ -83,6 +85,7 @@ class MogrifierBackbone(keras.layers.Layer):
         self.output_dim = None if output_dim is None else int(output_dim)
         self.init = init
         self.seed = seed
+        self.unroll = bool(unroll)
         dropout = LockedDropout if self.shared_mask_dropout else StreamDropout
         embedding_init = (keras.initializers.VarianceScaling(1.0, "fan_out", "truncated_normal")
                           if init == "lamb" else None)
@@ -100,7 +103,8 @@ class MogrifierBackbone(keras.layers.Layer):
                 self.hidden_dim, rounds=self.rounds, rank=self.rank,
                 state_dropout=self.state_dropout, cap_input_gate=self.cap_input_gate,
                 forget_bias=self.forget_bias, init=init, seed=_seed(seed, 10 + i),
-                return_sequences=True, return_state=True, name=f"mogrifier_{i}"))
+                return_sequences=True, return_state=True, unroll=self.unroll,
+                name=f"mogrifier_{i}"))
         self.output_dropout = dropout(self.output_dropout_rate, seed=_seed(seed, 3),
                                       name="dropout_out")
         self.projection = self.projection_dropout = None
@@ -169,5 +173,5 @@ class MogrifierBackbone(keras.layers.Layer):
             shared_mask_dropout=self.shared_mask_dropout,
             skip_connections=self.skip_connections, cap_input_gate=self.cap_input_gate,
             forget_bias=self.forget_bias, output_dim=self.output_dim, init=self.init,
-            seed=self.seed)
+            seed=self.seed, unroll=self.unroll)
         return config

@@ -9,7 +9,7 @@ from zoo.models.mogrifier.mogrifier_backbone import MogrifierBackbone
 BACKBONE_ARGS = ("embed_dim", "hidden_dim", "num_layers", "rounds", "rank", "input_dropout",
                  "inter_layer_dropout", "state_dropout", "output_dropout",
                  "shared_mask_dropout", "skip_connections", "cap_input_gate", "forget_bias",
-                 "init", "seed")
+                 "init", "seed", "unroll")
 # Heads that map the backbone's output to the embedding's size themselves (their latent).
 _PROJECTING_HEADS = ("mos", "moc")
 
@@ -43,9 +43,10 @@ class MogrifierLM(BackboneHeadModel):
         vocab_size: V.
         embed_dim, hidden_dim, num_layers, rounds, rank, input_dropout, inter_layer_dropout,
             state_dropout, output_dropout, shared_mask_dropout, skip_connections,
-            cap_input_gate, forget_bias, init, seed: the backbone's (`zoo.MogrifierBackbone`;
-            defaults 912, 912, 2, 5, 84, no dropout, False, True, True, 1.0, "lamb", None:
-            the shape of the paper's 24M PTB model, without its dropouts).
+            cap_input_gate, forget_bias, init, seed, unroll: the backbone's
+            (`zoo.MogrifierBackbone`; defaults 912, 912, 2, 5, 84, no dropout, False, True,
+            True, 1.0, "lamb", None, False: the shape of the paper's 24M PTB model, without
+            its dropouts).
         tie_weights: share the embedding with the head. Default True.
         output_projection: None (default, automatic), True or False: the down-projection P.
         head: a head name, a dict {"type": name, ...} or a head layer. Default "softmax".
@@ -66,7 +67,7 @@ class MogrifierLM(BackboneHeadModel):
     def __init__(self, vocab_size, embed_dim=912, hidden_dim=912, num_layers=2, rounds=5,
                  rank=84, input_dropout=0.0, inter_layer_dropout=0.0, state_dropout=0.0,
                  output_dropout=0.0, shared_mask_dropout=False, skip_connections=True,
-                 cap_input_gate=True, forget_bias=1.0, init="lamb", seed=None,
+                 cap_input_gate=True, forget_bias=1.0, init="lamb", seed=None, unroll=False,
                  tie_weights=True, output_projection=None, head="softmax", bptt=70,
                  clip_norm=10.0, scale_by_window=False, loss_reduction="sum_over_time",
                  **kwargs):
@@ -84,7 +85,7 @@ class MogrifierLM(BackboneHeadModel):
                 output_dropout=output_dropout, shared_mask_dropout=shared_mask_dropout,
                 skip_connections=skip_connections, cap_input_gate=cap_input_gate,
                 forget_bias=forget_bias, output_dim=int(embed_dim) if output_projection
-                else None, init=init, seed=seed, name="backbone")
+                else None, init=init, seed=seed, unroll=unroll, name="backbone")
             self.vocab_size = self.backbone.vocab_size
             self.head = self._build_head(head)
         self.freeze_base = False
