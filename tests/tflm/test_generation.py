@@ -116,6 +116,7 @@ def test_stop_tokens_strip_prompt_and_text(model):
         model.generate([[3, 1]], max_length=2)
 
 
+@pytest.mark.slow  # CI time (about a minute under load); runs with -m slow
 def test_the_same_words_on_jax(model, tmp_path):
     model.save(tmp_path / "m.keras")
     ours = model.generate([[3, 1, 4], [2]], max_length=15, sampler="top_p", seed=11)

@@ -205,6 +205,7 @@ def test_mixed_precision_model_outputs_float32_and_keeps_float32_variables():
         keras.mixed_precision.set_dtype_policy("float32")
 
 
+@pytest.mark.slow  # CI time (about a minute under load); runs with -m slow
 def test_torch_backend_fit_and_state_carrying():
     out = run_in_backend("torch", """
         import numpy as np, keras
@@ -292,6 +293,7 @@ def test_tensorflow_traces_the_train_step_once(built, optimizer):
     assert len(traced) == 1
 
 
+@pytest.mark.slow  # CI time (about a minute under load); runs with -m slow
 def test_tensorflow_xla_fit_matches_graph_fit():
     # XLA cannot resize the (None, units) state variables inside a compiled step: they are
     # sized when fit / evaluate start and zeroed in place between passes.

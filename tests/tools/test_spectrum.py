@@ -20,7 +20,8 @@ def _gaussian(m, n, seed=0, dtype=np.float32):
     return np.random.default_rng(seed).standard_normal((m, n)).astype(dtype)
 
 
-@pytest.mark.parametrize("m,n,block", [(50, 40, 7), (5000, 40, 333), (20000, 200, 1999),
+@pytest.mark.parametrize("m,n,block", [(50, 40, 7), (5000, 40, 333),
+                                       pytest.param(20000, 200, 1999, marks=pytest.mark.slow),
                                        (40, 50, 7), (300, 700, 64)])
 def test_tsqr_matches_lapack_float64(m, n, block):
     a = _gaussian(m, n, seed=m + n)

@@ -144,3 +144,12 @@ def test_the_figures_hold_hand_computed_correlation_spectra_and_wins(tmp_path):
     assert counts == {"a": 3, "b": 1}  # Y is a tie: both win it
     for name in ("r.png", "q.png", "w.png", "wins.png"):
         assert matplotlib.image.imread(tmp_path / name).shape[0] > 100
+
+
+@pytest.mark.parametrize("corpus, rows", [({"name": "wikitext-2"}, 33_320),
+                                          ({"name": "ptb"}, None),
+                                          ({"name": "synthetic", "vocab_size": 30}, None)])
+def test_the_rank_takes_the_theses_contexts(tmp_path, corpus, rows):
+    """PTB's Q: every test context; WikiText-2's: the first 33,320 (thesis §4.3.3)."""
+    (tmp_path / "config.json").write_text(json.dumps({"corpus": corpus}))
+    assert measures.rank_rows(tmp_path) == rows

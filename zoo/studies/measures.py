@@ -9,9 +9,10 @@ graph, so the study calls them as a user would), and its figures join the trial'
     rank               python -m tools.qmatrix RUN --corpus run --split test --out Q.npy, then
                        python -m tools.rank Q.npy --json ... --save-spectrum ...
                        -> press_rank, numpy_rank, effective_rank_<eps> (thesis §4.3.3,
-                       Tables 4.4-4.9: the rank of Q_theta on the test split); the spectrum
-                       is kept (measures/q_test.npz, for the overlaid spectra), Q itself
-                       deleted (82,429 x 10,000 float32 = 3.3 GB on PTB)
+                       Tables 4.4-4.9: the rank of Q_theta on the test split, every context
+                       of PTB's, the first 33,320 of WikiText-2's: `RANK_ROWS`); the
+                       spectrum is kept (measures/q_test.npz, for the overlaid spectra), Q
+                       itself deleted (82,429 x 10,000 float32 = 3.3 GB on PTB)
     word_similarity    python -m tools.word_similarity RUN --benchmarks DIR --json ...
                        -> word_similarity_<benchmark> (Spearman rho) and word_similarity_mean
                        (thesis §5.3.1, Tables 5.3 / 5.4)
@@ -36,6 +37,9 @@ from zoo.errors import UserError
 from zoo.runs import atomic_files
 
 MEASURES = ("rank", "word_similarity", "embedding_spectrum")
+# The thesis's Q_theta on WikiText-2 holds the first 33,320 test contexts (§4.3.3: the whole
+# 245,370 x 33,278 matrix, 33 GB, was beyond its LAPACK SVD); other corpora: every context.
+RANK_ROWS = {"wikitext-2": 33_320, "wt2": 33_320, "wikitext2": 33_320}
 MEASURES_FILE = "measures.json"
 FOLDER = "measures"
 SIMILARITY_ENV = "TFLM_WORD_SIMILARITY_DIR"
@@ -89,9 +93,19 @@ def _run_tool(args, what):
                         f"{done.returncode}): {lines[-1]}")
 
 
+def rank_rows(run):
+    """The rows of Q the rank measure takes for the trial `run` (None: all)."""
+    config = json.loads((pathlib.Path(run) / "config.json").read_text())
+    name = (config.get("corpus") or {}).get("name")
+    return RANK_ROWS.get(str(name).lower()) if name else None
+
+
 def _rank(run, out, data_dir):
     q = out / "q_test.npy"
     extra = ["--data-dir", str(data_dir)] if data_dir else []
+    rows = rank_rows(run)
+    if rows:
+        extra += ["--max-rows", str(rows)]
     _run_tool(["tools.qmatrix", str(run), "--corpus", "run", "--split", "test", "--out",
                str(q), *extra], "rank")
     try:

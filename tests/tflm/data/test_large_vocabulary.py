@@ -69,6 +69,7 @@ print("RESULT " + json.dumps({"eval": [e, e2], "train": h["perplexity"],
 """
 
 
+@pytest.mark.slow  # CI time (about a minute under load); runs with -m slow
 def test_sampled_training_at_100k_words_on_two_workers_equals_one_process():
     """Each worker draws the candidates of its own streams (the global batch's draw), so two
     workers train exactly as one process does on the same global batch of 4 streams; the

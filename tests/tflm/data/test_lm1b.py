@@ -151,7 +151,8 @@ def test_table_10_presets_have_the_published_size(name, exact, published):
     assert (sampled == 8192) == (name == "lm1b_softmax")
 
 
-@pytest.mark.parametrize("name", ["lm1b_softmax", "lm1b_mos7"])
+@pytest.mark.parametrize("name", ["lm1b_softmax", pytest.param("lm1b_mos7",
+                                                                marks=pytest.mark.slow)])
 def test_tiny_table_10_preset_trains_on_the_miniature_release(name, tmp_path, capsys):
     import json
 
