@@ -13,6 +13,14 @@ them): each one's expected pairwise KL with its standard error, every matrix ove
 sampled pairs of rows where their row counts agree (one seed), so the differences between
 models are not sampling noise of different pairs.
 
+`python -m tools.divergence Q.npy [Q.npy ...] --top-k 5 --contexts yang2018_table14
+[--corpus ptb] [--data-dir DIR]` prints thesis Table 5.1 / Yang et al.'s Table 14 instead:
+the k most probable next words of every matrix at the contexts the papers chose
+(`tools.published_contexts`, located in the corpus's test split), or at the rows given
+(`--contexts 477,2699`), each context shown as the papers show it (the previous sentence
+and the current one up to the blank) with its reference sentence. The matrices must hold
+the test split's rows from its start (`tools.qmatrix --split test`).
+
 Example:
     >>> import numpy as np
     >>> q = np.log(np.random.default_rng(0).dirichlet(np.ones(5), size=20))
@@ -28,6 +36,7 @@ import sys
 
 import numpy as np
 
+from tools.published_contexts import PUBLISHED, display_context, reference_sentence, rows_of
 from tools.qmatrix_io import open_q
 from zoo.errors import UserError
 from zoo.runs import atomic_files
@@ -238,12 +247,23 @@ def main(argv=None):
     p.add_argument("--pairs", type=int, default=10000, help="sampled pairs of rows")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument("--top-k", type=int, metavar="K",
+                   help="print each matrix's K most probable next words at --contexts "
+                        "(thesis Table 5.1) instead of the pairwise KL")
+    p.add_argument("--contexts", default="yang2018_table14",
+                   help="published contexts (" + ", ".join(sorted(PUBLISHED)) + ") or "
+                        "comma-separated rows of Q (default yang2018_table14)")
+    p.add_argument("--corpus", default="ptb",
+                   help="the corpus whose test split the matrices hold (default ptb)")
+    p.add_argument("--data-dir")
     args = p.parse_args(argv)
     labels = args.labels or [pathlib.Path(q).stem for q in args.q]
     if len(labels) != len(args.q):
         p.error(f"{len(labels)} labels for {len(args.q)} matrices; give one per matrix")
     if args.json:
         check_output_file(args.json, "--json", make_folders=True)
+    if args.top_k is not None:
+        return _top_k_command(args, labels)
     rows = []
     for label, q in zip(labels, args.q):
         try:
@@ -262,6 +282,58 @@ def main(argv=None):
     if args.json:
         pathlib.Path(args.json).absolute().parent.mkdir(parents=True, exist_ok=True)
         atomic_files.write_result_json(args.json, {"seed": args.seed, "models": rows})
+    return 0
+
+
+def _top_k_command(args, labels):
+    """`--top-k`: the table of each matrix's top-k words at the chosen contexts."""
+    # deferred: the corpus loader imports the data stack only for this table
+    from tflm.data import CorpusNotFoundError, load_corpus
+    try:
+        corpus = load_corpus(args.corpus, args.data_dir)
+    except CorpusNotFoundError as err:
+        raise UserError(str(err)) from err
+    ids, vocabulary = np.asarray(corpus.test), corpus.vocabulary
+    if args.contexts in PUBLISHED:
+        try:
+            located = rows_of(args.contexts, ids, vocabulary)
+        except ValueError as err:
+            raise UserError(f"--contexts {args.contexts}: {err} (--corpus {args.corpus})") \
+                from err
+    else:
+        try:
+            chosen = [int(r) for r in args.contexts.split(",") if r.strip()]
+        except ValueError as err:
+            raise UserError(f"--contexts {args.contexts!r}: neither a published set "
+                            f"({', '.join(sorted(PUBLISHED))}) nor comma-separated rows") \
+                from err
+        if not chosen or min(chosen) < 0 or max(chosen) >= len(ids) - 1:
+            raise UserError(f"--contexts rows must lie in [0, {len(ids) - 2}] for the "
+                            f"{args.corpus} test split; got {args.contexts!r}")
+        located = [(r, display_context(ids, vocabulary, r),
+                    reference_sentence(ids, vocabulary, r)) for r in chosen]
+    predictions = {}
+    for label, path in zip(labels, args.q):
+        q = open_q(path)
+        if q.shape[1] != len(vocabulary):
+            raise UserError(f"{path}: {q.shape[1]} columns, but the {args.corpus} vocabulary "
+                            f"has {len(vocabulary)} words")
+        needed = max(row for row, _, _ in located)
+        if q.shape[0] <= needed:
+            raise UserError(f"{path}: {q.shape[0]:,} rows, but the contexts need row "
+                            f"{needed:,}; export the whole test split (tools.qmatrix)")
+        rows = np.stack([q.read_rows(row, row + 1)[0] for row, _, _ in located])
+        try:
+            predictions[label] = top_k_predictions(rows, vocabulary, k=args.top_k)
+        except ValueError as err:
+            raise UserError(f"--top-k {args.top_k}: {err}") from err
+    print(format_top_k_table([ctx for _, ctx, _ in located], predictions,
+                             [ref for _, _, ref in located]))
+    if args.json:
+        atomic_files.write_result_json(args.json, {
+            "contexts": args.contexts, "rows": [row for row, _, _ in located],
+            "top_k": {label: [[list(p) for p in per] for per in preds]
+                      for label, preds in predictions.items()}})
     return 0
 
 
