@@ -54,11 +54,13 @@ def test_every_preset_builds_and_runs(name):
     small = {"embed_dim": 8, "hidden_dim": 12}
     if preset["model"].get("kind") == "zaremba":  # one size: embedding = hidden
         small = {"hidden_dim": 12}
-    if preset["model"].get("last_dim"):
-        small["last_dim"] = 10
     head = dict(preset["model"]["head"])
+    if preset["model"].get("last_dim"):  # a tied softmax reads the embedding's size
+        small["last_dim"] = small["embed_dim"] if head.get("type") == "softmax" else 10
     if head.get("type") == "plif":
         head["num_intervals"] = 20
+    if preset["model"].get("frage"):  # fewer popular words than the tiny vocabulary
+        small["frage"] = dict(preset["model"]["frage"], popular=V // 2)
     model = zoo.from_preset(name, vocab_size=V, head=head, **small)
     x = np.zeros((1, 4), "int32")
     assert np.asarray(model.forward_with_state(x)[0]).shape == (1, 4, V)
