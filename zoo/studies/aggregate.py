@@ -7,8 +7,10 @@ Wilcoxon rank-sum test of every arm against the baseline (Parthiban 2020 Tables 
     p = `zoo.studies.significance.wilcoxon_rank_sum`(arm's values, baseline's values) at the
         same grid point, on the study's first metric
 
-`cells(study, trials, folder)` reads the trial folders; `markdown(rows, study)` and
-`write_csv(rows, path)` write what `python -m zoo.study` prints and saves.
+A metric is a key of the trial's metrics.json or of its measures.json (`press_rank`,
+`word_similarity_mean`, ...: `zoo.studies.measures`). `cells(study, trials, folder)` reads
+the trial folders; `markdown(rows, study)` and `write_csv(rows, path)` write what
+`python -m zoo.study` prints and saves.
 """
 
 import csv
