@@ -175,14 +175,12 @@ def gradient_statistics(model, train_ids, settings, progress=False):
             bar.update(k + 1)
     sums = [keras.ops.convert_to_numpy(acc).astype(np.float64) for acc in sums]
     n = len(segments)
+    ms = [np.sqrt(s) if settings.scaling == "old" else np.sqrt(s / n) for s in sums]
     if settings.scaling == "old":
-        ms = [np.sqrt(s) for s in sums]
         gsum = sum(float(m.mean()) for m in ms)
     elif settings.scaling == "new":
-        ms = [np.sqrt(s / n) for s in sums]
         gsum = sum(float(m.mean()) for m in ms) / len(ms)
     else:  # "lamb": the mean over all elements
-        ms = [np.sqrt(s / n) for s in sums]
         gsum = sum(float(m.sum()) for m in ms) / sum(m.size for m in ms)
     if gsum <= 0:
         raise UserError("dynamic evaluation: every gradient on the training split is zero; "

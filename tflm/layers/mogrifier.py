@@ -251,13 +251,13 @@ class MogrifierLSTM(keras.layers.Layer):
             h = ops.sigmoid(z_o) * ops.tanh(c)
             return h, [h, c]
 
+        unroll = self.unroll and isinstance(sequences.shape[1], int)
         last, outputs, states = compat.rnn_loop(
-            step, sequences, initial_state, mask=mask, go_backwards=False,
-            unroll=self.unroll and isinstance(sequences.shape[1], int),
+            step, sequences, initial_state, mask=mask, go_backwards=False, unroll=unroll,
             zero_output_for_mask=True, return_all_outputs=self.return_sequences)
-        if mask is not None and self.return_sequences:
+        if unroll and mask is not None and self.return_sequences:
             # Keras' unrolled loop on JAX repeats the last output at masked steps instead
-            # of zeroing them (zero_output_for_mask); the loop zeroes them already
+            # of zeroing them (zero_output_for_mask); the loop zeroes them itself
             outputs = outputs * ops.cast(mask, outputs.dtype)[:, :, None]
         output = outputs if self.return_sequences else last
         if self.return_state:

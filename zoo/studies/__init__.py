@@ -34,7 +34,7 @@ import pathlib
 
 from zoo.bundled_json import bundled_names, read_bundled_json
 from zoo.errors import ConfigError
-from zoo.studies.measures import MEASURES
+from zoo.studies.measures import MEASURES, unknown_measures
 
 _DIR = pathlib.Path(__file__).resolve().parent
 SCALES = ("smoke", "paper")
@@ -84,9 +84,8 @@ def check_study(study, where="the study"):
     measures = study.get("measures", [])
     if not isinstance(measures, list):
         bad(f"'measures' must be a list of {list(MEASURES)}")
-    unknown = [m for m in measures if m not in MEASURES]
-    if unknown:
-        bad(f"unknown measure(s) {unknown}; a study measures {list(MEASURES)}")
+    if unknown_measures(measures):
+        bad(unknown_measures(measures))
     if study.get("baseline") is not None and study["baseline"] not in arms:
         bad(f"baseline {study['baseline']!r} is not one of the arms {sorted(arms)}")
     for scale in study.get("scales", {}):

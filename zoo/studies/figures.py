@@ -37,14 +37,10 @@ def _label(arm, point):
 
 def curves(trials, folder, path, title=""):
     """Write `path`; returns {label: (mean per epoch, sd per epoch or None)} it drew."""
-    groups = {}
-    for trial in trials:
-        run = folder / "trials" / trial.name
-        if run_state(run) != "finished":
-            continue
-        history = json.loads((run / "metrics.json").read_text())["history"]
-        groups.setdefault(_label(trial.arm, trial.point_dict), []).append(
-            [h["val_perplexity"] for h in history])
+    groups = {label: [[h["val_perplexity"]
+                       for h in json.loads((run / "metrics.json").read_text())["history"]]
+                      for run in runs]
+              for label, runs in _finished(trials, folder).items()}
     drawn = {}
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -64,9 +60,7 @@ def curves(trials, folder, path, title=""):
     ax.set_title(title or "validation perplexity, mean +- 1 SD over seeds")
     if drawn:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, plt, path)
     return drawn
 
 

@@ -45,11 +45,11 @@ FOLDER = "measures"
 SIMILARITY_ENV = "TFLM_WORD_SIMILARITY_DIR"
 
 
-def check_measures(names):
-    """`UserError` naming an unknown measure."""
+def unknown_measures(names):
+    """The sentence naming the measures of `names` that do not exist, or "" when all do."""
     unknown = [n for n in names if n not in MEASURES]
-    if unknown:
-        raise UserError(f"unknown measure(s) {unknown}; a study measures {list(MEASURES)}")
+    return (f"unknown measure(s) {unknown}; a study measures {list(MEASURES)}"
+            if unknown else "")
 
 
 def read_measures(run):
@@ -150,7 +150,8 @@ def measure_trial(run, names, data_dir=None):
     measures.json as it completes (a failure keeps the ones before it). Returns the
     trial's measures."""
     run = pathlib.Path(run)
-    check_measures(names)
+    if unknown_measures(names):
+        raise UserError(unknown_measures(names))
     out = run / FOLDER
     out.mkdir(exist_ok=True)
     measured = read_measures(run)
