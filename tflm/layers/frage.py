@@ -80,6 +80,8 @@ Evaluation never includes them: the layers add their loss (and D its step) only 
 with `training=True`, and return their input unchanged.
 """
 
+import inspect
+
 import numpy as np
 
 import keras
@@ -139,26 +141,39 @@ def discriminator_loss(embeddings, popular_mask, kernel, bias):
     return 0.5 * (ops.sum(-log_d[:, 0] * m) / n_pop + ops.sum(-log_d[:, 1] * (1.0 - m)) / n_rare)
 
 
-def discriminator_gradients(embeddings, popular_mask, kernel, bias):
-    """(dL_D / dW `(d, 2)`, dL_D / dc `(2,)`), in closed form (module docstring)."""
+def _discriminator_pass(embeddings, popular_mask, kernel, bias):
+    """(L_D, dL_D / dW `(d, 2)`, dL_D / dc `(2,)`) from one pass of D over the rows, the
+    gradients in closed form (module docstring)."""
     e = ops.cast(embeddings, "float32")
     m, n_pop, n_rare = _groups(popular_mask)
-    probs = ops.exp(discriminator_log_probs(e, kernel, bias))
+    log_d = discriminator_log_probs(e, kernel, bias)
+    loss = 0.5 * (ops.sum(-log_d[:, 0] * m) / n_pop + ops.sum(-log_d[:, 1] * (1.0 - m)) / n_rare)
     targets = ops.stack([m, 1.0 - m], axis=-1)
     weights = m * (0.5 / n_pop) + (1.0 - m) * (0.5 / n_rare)
-    dz = (probs - targets) * ops.expand_dims(weights, -1)
-    return ops.matmul(ops.transpose(e), dz), ops.sum(dz, axis=0)
+    dz = (ops.exp(log_d) - targets) * ops.expand_dims(weights, -1)
+    return loss, ops.matmul(ops.transpose(e), dz), ops.sum(dz, axis=0)
+
+
+def discriminator_gradients(embeddings, popular_mask, kernel, bias):
+    """(dL_D / dW `(d, 2)`, dL_D / dc `(2,)`), in closed form (module docstring)."""
+    return _discriminator_pass(embeddings, popular_mask, kernel, bias)[1:]
+
+
+def _sgd_step(embeddings, popular_mask, kernel, bias, learning_rate, weight_decay):
+    """(L_D before the step, new W, new c): PyTorch's SGD, p - lr (grad + weight_decay p),
+    with `embeddings` held fixed, everything stopped."""
+    e = ops.stop_gradient(ops.cast(embeddings, "float32"))
+    kernel, bias = ops.cast(kernel, "float32"), ops.cast(bias, "float32")
+    loss, grad_w, grad_c = _discriminator_pass(e, popular_mask, kernel, bias)
+    new_w = kernel - learning_rate * (grad_w + weight_decay * kernel)
+    new_c = bias - learning_rate * (grad_c + weight_decay * bias)
+    return ops.stop_gradient(loss), ops.stop_gradient(new_w), ops.stop_gradient(new_c)
 
 
 def discriminator_step(embeddings, popular_mask, kernel, bias, learning_rate, weight_decay):
     """One SGD step of the discriminator on L_D with `embeddings` held fixed (PyTorch's SGD:
     p - lr (grad + weight_decay p)); the new (W, c), gradients stopped."""
-    e = ops.stop_gradient(ops.cast(embeddings, "float32"))
-    kernel, bias = ops.cast(kernel, "float32"), ops.cast(bias, "float32")
-    grad_w, grad_c = discriminator_gradients(e, popular_mask, kernel, bias)
-    new_w = kernel - learning_rate * (grad_w + weight_decay * kernel)
-    new_c = bias - learning_rate * (grad_c + weight_decay * bias)
-    return ops.stop_gradient(new_w), ops.stop_gradient(new_c)
+    return _sgd_step(embeddings, popular_mask, kernel, bias, learning_rate, weight_decay)[1:]
 
 
 def fooling_loss(embeddings, popular_mask, kernel, bias, words="rare"):
@@ -346,13 +361,10 @@ class FrageAdversary(_FrequencySplit):
     def call(self, embeddings, training=False):
         if training:
             mask = self.popular_mask
-            kernel = ops.cast(self.kernel, "float32")
-            bias = ops.cast(self.bias, "float32")
-            self.frage_discriminator_loss.assign(ops.stop_gradient(
-                discriminator_loss(ops.stop_gradient(embeddings), mask, kernel, bias)))
-            kernel, bias = discriminator_step(embeddings, mask, kernel, bias,
-                                              self.discriminator_lr,
-                                              self.discriminator_weight_decay)
+            loss, kernel, bias = _sgd_step(embeddings, mask, self.kernel, self.bias,
+                                           self.discriminator_lr,
+                                           self.discriminator_weight_decay)
+            self.frage_discriminator_loss.assign(loss)  # L_D before the step, one pass of D
             self.kernel.assign(kernel)
             self.bias.assign(bias)
             self.add_loss(-self.coefficient * fooling_loss(embeddings, mask, kernel, bias,
@@ -410,10 +422,17 @@ class FrageMoments(_FrequencySplit):
 
 # The options of each method (and their defaults, the code's) that a model's `frage` dict
 # may set; `frage_settings` fills the rest.
+def _defaults(cls, names):
+    parameters = inspect.signature(cls.__init__).parameters
+    return {name: parameters[name].default for name in names}
+
+
+# Each method's settings and defaults, as its layer's constructor has them.
 FRAGE_DEFAULTS = {
-    "adversarial": {"popular": 1000, "coefficient": 0.02, "discriminator_lr": 0.02,
-                    "discriminator_weight_decay": 1.2e-6, "adversary_words": "rare"},
-    "moments": {"popular": 2000, "coefficient": 0.01},
+    "adversarial": _defaults(FrageAdversary, ("popular", "coefficient", "discriminator_lr",
+                                              "discriminator_weight_decay",
+                                              "adversary_words")),
+    "moments": _defaults(FrageMoments, ("popular", "coefficient")),
 }
 
 
