@@ -324,14 +324,12 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         skip = {id(v) for layer in nested_layers(self) if isinstance(layer, CandidateSampler)
                 for v in layer.weights}
         skip |= {id(v) for _, v in self.reported_variables()}
-        total = 0
-        for v in self.weights:
-            if id(v) not in skip:
-                size = 1
-                for dim in v.shape:
-                    size *= int(dim)
-                total += size
-        return total
+        return _size(v for v in self.weights if id(v) not in skip)
+
+    def trainable_parameter_count(self):
+        """The weights training updates (`trainable_weights`): `parameter_count()` less the
+        frozen ones, e.g. a frozen PLIF's slopes (Parthiban 2020 Table 5.16 counts these)."""
+        return _size(self.trainable_weights)
 
     @property
     def metrics(self):
@@ -519,3 +517,13 @@ class LanguageModel(TokenWindowBuild, keras.Model):
                       flooding_level=self.flooding_level, loss_reduction=self.loss_reduction)
         return config
 
+
+def _size(variables):
+    """The number of values in `variables`."""
+    total = 0
+    for v in variables:
+        size = 1
+        for dim in v.shape:
+            size *= int(dim)
+        total += size
+    return total

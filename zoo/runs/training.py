@@ -353,6 +353,7 @@ class TrainingRun:
                    "vocab_size": len(self.vocabulary),
                    "corpus_sha256": corpus_digest(self.corpus),
                    "parameters": self.model.parameter_count(),
+                   "trainable_parameters": self.model.trainable_parameter_count(),
                    "optimal_perplexity": self.optimal, "best_epoch": best["epoch"],
                    "words_per_second": speed.last or best.get("words_per_second"),
                    "run_words_per_second": run_words_per_second(history),

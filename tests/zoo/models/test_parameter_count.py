@@ -22,3 +22,14 @@ def test_parameter_count_leaves_out_the_sampler_and_the_counters():
     assert node.parameter_count() == node.count_params() - 1      # its nfe counter
     trainable = sum(int(w.numpy().size) for w in node.trainable_weights)
     assert node.parameter_count() == trainable
+
+
+def test_the_trainable_count_leaves_out_a_frozen_plifs_slopes():
+    """Parthiban 2020 Table 5.16 counts LMS-PLIF dagger's trainable weights: Softmax's."""
+    frozen = _model({"type": "plif", "num_intervals": 50, "frozen": True})
+    trained = _model({"type": "plif", "num_intervals": 50})
+    assert frozen.parameter_count() == trained.parameter_count()
+    assert trained.trainable_parameter_count() == trained.parameter_count()
+    assert frozen.trainable_parameter_count() == frozen.parameter_count() - 50
+    assert frozen.trainable_parameter_count() == sum(
+        int(w.numpy().size) for w in frozen.trainable_weights)
