@@ -82,9 +82,10 @@ def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=N
     from zoo.runs.corpora import load_data
     from zoo.runs.run_state import run_state
     from zoo.studies import aggregate, engine, figures, load_study
+    from zoo.studies.search import arm_search, draw_table, search_arm
     from zoo.studies.trials import plan
     study = load_study(name)
-    trials = plan(study, scale, seeds)
+    trials = plan(study, scale, seeds)  # searched arms with stand-in draws: every field checked
     folder = pathlib.Path(out or f"study_{study['name']}_{scale}")
     check_output_dir(folder, "--out")
     record = {"study": study["name"], "scale": scale, "seeds": sorted({t.seed for t in trials}),
@@ -94,17 +95,38 @@ def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=N
         load_data(json.loads(corpus), data_dir)  # a missing corpus: exit 2 before any trial
     (folder / "trials").mkdir(parents=True, exist_ok=True)
     atomic_files.write_json(folder / STUDY_FILE, {**record, "definition": study})
-    states = [run_state(folder / "trials" / t.name) for t in trials]
+    draws, failed, searches = {}, {}, ""
+    for arm, spec in study["arms"].items():
+        arm_spec = arm_search(spec, scale)
+        if arm_spec is None:
+            continue
+        print(f"zoo.study: arm {arm}: searching {arm_spec['trials']} draws first", flush=True)
+        row, search_failed = search_arm(study, arm, scale, folder, data_dir, address, workers)
+        failed.update({f"searches/{arm}/{trial}": error
+                       for trial, error in search_failed.items()})
+        searches += "\n" + draw_table(arm, row, arm_spec)
+        if row is None:
+            failed[arm] = "no trial of its search finished; its trials were not trained"
+        else:
+            draws[arm] = row["values"]
+    if draws:
+        trials = plan(study, scale, seeds, draws)
+    unsearched = {arm for arm in study["arms"]
+                  if arm_search(study["arms"][arm], scale) is not None and arm not in draws}
+    runnable = [t for t in trials if t.arm not in unsearched]
+    states = [run_state(folder / "trials" / t.name) for t in runnable]
     done = sum(s in engine.DONE for s in states)
     print(f"zoo.study: {study['name']} ({study['reproduces']}), scale {scale}: "
-          f"{len(trials)} trials in {folder}: {done} done before, "
+          f"{len(runnable)} trials in {folder}: {done} done before, "
           f"{states.count('interrupted')} to resume, {states.count('new')} new", flush=True)
-    failed = engine.run_trials([(t.name, t.config, folder / "trials" / t.name) for t in trials],
-                               folder / "engine", data_dir=data_dir, address=address,
-                               workers=workers, measures=study.get("measures", []))
+    failed.update(engine.run_trials([(t.name, t.config, folder / "trials" / t.name)
+                                     for t in runnable], folder / "engine",
+                                    data_dir=data_dir, address=address, workers=workers,
+                                    measures=study.get("measures", [])))
     rows = aggregate.cells(study, trials, folder)
     table = (f"## {study['name']}: {study['reproduces']} (scale {scale})\n\n"
              + aggregate.markdown(rows, study))
+    table += searches
     if study.get("assumptions"):
         table += "\nAssumed: " + " ".join(study["assumptions"]) + "\n"
     table += engine.failures_text(failed)

@@ -12,12 +12,18 @@ three ways, side by side in one run:
   trials as its paper scale, on a local Ray cluster that the command starts and stops.
 
 Per mode: the whole wall time, seconds per trial, and the ratio to direct. With one worker
-the difference is the engine's cost (Ray's start, a worker process per trial, Tune's
-bookkeeping, the study's table and figure); with more workers, what running trials side by
-side gains on this machine's cores. Writes results/engine_overhead.md.
+the difference is the engine's cost (Ray's start, Tune's bookkeeping, the study's table and
+figure; a worker process is reused from trial to trial); with more workers, what running
+trials side by side gains on this machine's cores.
+
+`--busy B` runs direct and the one-worker study again beside B processes that keep a core
+busy each (as a test run, a second study or an editor's indexer would): the case where Ray's
+default worker priority (niceness 15) starved trials before `zoo.studies.engine` started
+its local cluster's workers at the driver's priority. Writes results/engine_overhead.md.
 """
 
 import argparse
+import contextlib
 import json
 import pathlib
 import shutil
@@ -41,10 +47,25 @@ def timed(command):
     return time.perf_counter() - start
 
 
+@contextlib.contextmanager
+def busy(count):
+    """`count` processes spinning on a core each while the block runs."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--trials", type=int, default=4)
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--busy", type=int, default=0, metavar="B",
+                   help="also time direct and one worker beside B busy processes")
     p.add_argument("--work", type=pathlib.Path)
     p.add_argument("--no-publish", action="store_true")
     args = p.parse_args(argv)
@@ -56,29 +77,45 @@ def main(argv=None):
         "description": "tiny synthetic trials", "reproduces": "nothing (a benchmark)",
         "arms": {"tiny": {"preset": "synthetic", "set": TINY}}, "seeds": seeds,
         "metrics": ["test_perplexity"]}))
-    rows = []
-    direct = 0.0
-    for seed in seeds:
-        out = work / "direct" / f"seed{seed}"
-        shutil.rmtree(out, ignore_errors=True)
-        direct += timed([sys.executable, "-m", "zoo.train", "--preset", "synthetic", "--seed",
-                         str(seed), "--out", str(out), "--quiet",
-                         *[a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]])
-    rows.append(("direct: python -m zoo.train per trial, one after another", direct))
-    for workers in args.workers:
+
+    def run_direct():
+        total = 0.0
+        for seed in seeds:
+            out = work / "direct" / f"seed{seed}"
+            shutil.rmtree(out, ignore_errors=True)
+            total += timed([sys.executable, "-m", "zoo.train", "--preset", "synthetic",
+                            "--seed", str(seed), "--out", str(out), "--quiet",
+                            *[a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]])
+        return total
+
+    def run_study(workers):
         out = work / f"study-{workers}"
         shutil.rmtree(out, ignore_errors=True)
-        wall = timed([sys.executable, "-m", "zoo.study", str(study), "--out", str(out),
+        return timed([sys.executable, "-m", "zoo.study", str(study), "--out", str(out),
                       "--workers", str(workers)])
-        rows.append((f"python -m zoo.study on Ray Tune, {workers} worker"
-                     f"{'s' * (workers != 1)}", wall))
-    lines = ["| mode | trials | wall s | s per trial | vs direct |",
+
+    def worker_text(workers):
+        return f"{workers} worker{'s' * (workers != 1)}"
+
+    rows = [("direct: python -m zoo.train per trial, one after another", "direct",
+             run_direct())]
+    rows += [(f"python -m zoo.study on Ray Tune, {worker_text(w)}", "direct", run_study(w))
+             for w in args.workers]
+    if args.busy:
+        beside = f"beside {args.busy} busy process{'es' * (args.busy != 1)}"
+        with busy(args.busy):
+            rows.append((f"direct, {beside}", "busy", run_direct()))
+            rows.append((f"python -m zoo.study, 1 worker, {beside}", "busy", run_study(1)))
+    base = {"direct": rows[0][2], "busy": rows[-2][2] if args.busy else None}
+    lines = ["| mode | trials | wall s | s per trial | vs direct alike |",
              "| --- | ---: | ---: | ---: | ---: |"]
     lines += [f"| {mode} | {args.trials} | {wall:.1f} | {wall / args.trials:.1f} | "
-              f"{wall / direct:.2f}x |" for mode, wall in rows]
+              f"{wall / base[kind]:.2f}x |" for mode, kind, wall in rows]
     body = ("\n".join(lines) + "\n\nEach trial: the synthetic preset with "
             + ", ".join(f"{k}={v}" for k, v in TINY.items())
-            + "; the study's wall time includes Ray's start and stop, its table and figure.")
+            + "; the study's wall time includes Ray's start and stop, its table and figure. "
+            "'vs direct alike': against direct under the same load (alone, or beside the "
+            "busy processes).")
     publish("The study engine's cost per trial against zoo.train run directly", body,
             None if args.no_publish else results_path(__file__, "engine_overhead.md"))
     return 0

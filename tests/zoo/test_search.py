@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from zoo import search
+from zoo.studies import search as study_search
 from zoo.errors import ConfigError
 from zoo.runs.search_space import SPACES, check_space, load_space, sample
 
@@ -168,21 +169,21 @@ def test_an_interrupted_trial_resumes_and_a_diverged_one_is_listed_last(tmp_path
     from tests.zoo.killed_trial import kill_after_first_checkpoint
     overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
     values = sample(check_space(json.loads(space_file.read_text())), 1, 0)
-    config = search.trial_config("synthetic", overrides, values, 2)
+    config = study_search.trial_config("synthetic", overrides, values, 2)
     config["search"] = {"space": load_space(str(space_file)).get("name"), "seed": 1,
                         "trial": 0}
     first = tmp_path / "s" / "trial_000"
     first.mkdir(parents=True)
-    (first / search.SAMPLE_FILE).write_text(json.dumps(
+    (first / study_search.SAMPLE_FILE).write_text(json.dumps(
         {"preset": "synthetic", "space": config["search"]["space"], "seed": 1, "trial": 0,
          "overrides": overrides, "epochs": 2, "values": values}))
     kill_after_first_checkpoint(monkeypatch, "trial_000", config, first)
-    assert search.trial_state(first) == "interrupted"
+    assert study_search.trial_state(first) == "interrupted"
     assert search.main(argv) == 0
     good, bad = (0, 1) if lrs[0] == 20.0 else (1, 0)
     metrics = json.loads((tmp_path / "s" / f"trial_{good:03d}" / "metrics.json").read_text())
     assert [h["epoch"] for h in metrics["history"]] == [1, 2]
-    assert search.trial_state(tmp_path / "s" / f"trial_{bad:03d}") == "diverged"
+    assert study_search.trial_state(tmp_path / "s" / f"trial_{bad:03d}") == "diverged"
     rows = [l for l in (tmp_path / "s" / "summary.md").read_text().splitlines()
             if "trial_" in l]
     assert f"trial_{good:03d}" in rows[0] and "diverged" in rows[1]

@@ -87,10 +87,70 @@ def test_settings_apply_in_order_and_name_the_folder(tmp_path):
     ({"arms": {"a": {"preset": "synthetic", "set": {"model.no_such_field": 1}},
                "b": {"preset": "synthetic"}}}, "arm 'a'"),
     ({"colour": "red"}, "unknown key"),
+    ({"arms": {"s": {"preset": "synthetic", "search": {"space": {"fields": {}}, "trials": 0}}},
+      "baseline": None}, "search at scale smoke: 'trials' must be an integer >= 1"),
+    ({"arms": {"s": {"preset": "synthetic", "search": {"trials": 2}}}, "baseline": None},
+     "no 'space'"),
+    ({"arms": {"s": {"preset": "synthetic", "search": {"space": "zhang2018_mos", "trials": 2,
+                                                       "algorithm": "grid"}}},
+      "baseline": None}, "'algorithm' must be one of"),
+    ({"arms": {"s": {"preset": "synthetic", "search": {
+        "space": {"fields": {"model.no_such_field": {"int": [1, 2]}}}, "trials": 2}}},
+      "baseline": None, "published": []}, "arm 's'.*no_such_field"),
 ])
 def test_a_bad_study_is_refused_naming_what_is_wrong(tmp_path, change, message):
     with pytest.raises(ConfigError, match=message):
         load_study(_study(tmp_path, **change))
+
+
+SEARCH_SPACE = {"fields": {"model.hidden_dim": {"int": [6, 12]},
+                           "model.dropout": {"uniform": [0.0, 0.3]},
+                           "training.lr": {"value": 0.5}}}
+
+
+def _searched(tmp_path, **changes):
+    """A study of one searched arm (two draws of SEARCH_SPACE, then two seeds of the best
+    draw trained with the arm's `set`) and one plain arm."""
+    arms = {"s": {"preset": "synthetic",
+                  "search": {"space": SEARCH_SPACE, "trials": 2, "seed": 5,
+                             "published": {"model.hidden_dim": 10, "model.dropout": 0.2}},
+                  "set": {"training.lr": 2.0}},
+            "a": {"preset": "synthetic"}}
+    tiny = {k: v for k, v in TINY.items() if k != "model.hidden_dim"}
+    return _study(tmp_path, arms=arms, published=[], baseline=None,
+                  scales={"smoke": {"seeds": [1, 2], "set": tiny}}, **changes)
+
+
+def test_a_searched_arms_trials_train_its_chosen_draw_under_the_arms_settings(tmp_path):
+    """preset, then the chosen draw, then the arm's set, then the scale's: the draw's sizes
+    stay, the arm's rate replaces the draw's; before the search, draw 0 stands in."""
+    from zoo.runs.search_space import load_space, sample
+    study = load_study(_searched(tmp_path))
+    draw = {"model.hidden_dim": 11, "model.dropout": 0.25, "training.lr": 0.5}
+    trials = [t for t in plan(study, "paper", draws={"s": draw}) if t.arm == "s"]
+    assert [t.name for t in trials] == ["s__seed1", "s__seed2", "s__seed3"]
+    assert all(t.config["model"]["hidden_dim"] == 11 and t.config["model"]["dropout"] == 0.25
+               and t.config["training"]["lr"] == 2.0 for t in trials)
+    stand_in = sample(load_space(SEARCH_SPACE), 5, 0)
+    (first, *_) = plan(study, "paper")
+    assert first.config["model"]["hidden_dim"] == stand_in["model.hidden_dim"]
+
+
+def test_the_chosen_draw_is_the_finished_trial_of_lowest_validation_perplexity():
+    from zoo.studies.search import chosen, draw_table
+    rows = [{"trial": 0, "dir": "trial_000", "status": "finished", "valid": 90.0,
+             "values": {"x": 1}},
+            {"trial": 1, "dir": "trial_001", "status": "diverged", "values": {"x": 2}},
+            {"trial": 2, "dir": "trial_002", "status": "finished", "valid": 80.5,
+             "values": {"x": 3}},
+            {"trial": 3, "dir": "trial_003", "status": "finished", "valid": math.nan,
+             "values": {"x": 4}}]
+    assert chosen(rows)["dir"] == "trial_002"
+    assert chosen([rows[1], rows[3]]) is None and chosen([]) is None
+    text = draw_table("s", chosen(rows), {"trials": 4, "published": {"x": 5, "y": 6}})
+    assert "random, 4 trials, seed 0" in text and "trial_002 (validation perplexity 80.50)" in text
+    assert "| `x` | 3 | 5 |" in text and "| `y` | - | 6 |" in text
+    assert "was not trained" in draw_table("s", None, {"trials": 4})
 
 
 def _fake_runs(tmp_path, study_path, values):
@@ -166,22 +226,37 @@ def _study_command(study, out, *extra, env=None):
 
 
 def test_a_study_runs_on_a_two_worker_ray_cluster_and_resumes_without_retraining(tmp_path):
+    """A plain arm and a searched one: the search's two draws train first, then two seeds
+    of each arm, the searched arm's with the draw of lowest validation perplexity."""
     pytest.importorskip("ray")
-    study = _study(tmp_path, arms={"a": {"preset": "synthetic"}}, published=[])
+    study = _searched(tmp_path)
     out = tmp_path / "study"
     first = _study_command(study, out, "--workers", "2")
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "2 trials in" in first.stdout and "0 done before" in first.stdout
+    assert "4 trials in" in first.stdout and "0 done before" in first.stdout
+    searched = sorted((out / "searches" / "s").glob("trial_*"))
+    assert [r.name for r in searched] == ["trial_000", "trial_001"]
+    valid = {r.name: json.loads((r / "metrics.json").read_text())["valid_perplexity"]
+             for r in searched}
+    best = min(valid, key=valid.get)
+    draw = json.loads((out / "searches" / "s" / best / "sample.json").read_text())["values"]
     runs = sorted((out / "trials").iterdir())
-    assert [r.name for r in runs] == ["a__seed1", "a__seed2"]
-    stamps = {r.name: (r / "metrics.json").stat().st_mtime_ns for r in runs}
+    assert [r.name for r in runs] == ["a__seed1", "a__seed2", "s__seed1", "s__seed2"]
+    for run in runs[2:]:
+        config = json.loads((run / "config.json").read_text())
+        assert config["model"]["hidden_dim"] == draw["model.hidden_dim"]
+        assert config["model"]["dropout"] == draw["model.dropout"]
+        assert config["training"]["lr"] == 2.0  # the arm's, not the draw's
+    stamps = {r.name: (r / "metrics.json").stat().st_mtime_ns for r in runs + searched}
     table = (out / "results.md").read_text()
-    assert "| a | - | 2 of 2 |" in table and (out / "curves.png").stat().st_size > 0
+    assert "| a | - | 2 of 2 |" in table and "| s | - | 2 of 2 |" in table
+    assert f"Chosen: {best} (validation perplexity {valid[best]:.2f})" in table
+    assert "| `model.dropout` |" in table and (out / "curves.png").stat().st_size > 0
     assert (out / "engine").is_dir()  # Tune's records: the trials ran on Ray
     again = _study_command(study, out, "--workers", "2")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "2 done before, 0 to resume, 0 new" in again.stdout
-    assert {r.name: (r / "metrics.json").stat().st_mtime_ns for r in runs} == stamps
+    assert "4 done before, 0 to resume, 0 new" in again.stdout
+    assert {r.name: (r / "metrics.json").stat().st_mtime_ns for r in runs + searched} == stamps
     other = _study_command(study, out, "--seeds", "1")
     assert other.returncode == 2 and "resume it with its own command" in other.stderr
 
@@ -282,3 +357,24 @@ def test_a_trial_run_again_continues_its_folder_from_the_last_checkpoint(tmp_pat
                                                                      "error": ""}
     assert (path / "metrics.json").stat().st_mtime_ns == stamp
 
+
+
+def test_a_local_clusters_workers_run_at_the_drivers_cpu_priority(monkeypatch):
+    """Ray starts workers at niceness 15 unless told otherwise; beside any busy process a
+    trial then crawls. The engine's local cluster starts them at the driver's; a value the
+    user set is theirs, and the environment is left as it was."""
+    ray = pytest.importorskip("ray")
+    from zoo.studies import engine
+    monkeypatch.delenv(engine.NICENESS_ENV, raising=False)
+    with engine._worker_priority(None):
+        ray.init(num_cpus=1, include_dashboard=False, configure_logging=False)
+    try:
+        assert engine.NICENESS_ENV not in os.environ
+        assert ray.get(ray.remote(lambda: os.nice(0)).remote()) == os.nice(0)
+    finally:
+        ray.shutdown()
+    monkeypatch.setenv(engine.NICENESS_ENV, "7")
+    with engine._worker_priority(None):
+        assert os.environ[engine.NICENESS_ENV] == "7"
+    with engine._worker_priority("10.0.0.1:6379"):
+        assert os.environ[engine.NICENESS_ENV] == "7"

@@ -83,7 +83,12 @@ MAX_DRAWS = 10_000  # rejection sampling gives up after this many draws for one 
 
 
 def load_space(name_or_path):
-    """The space named `name_or_path` (`SPACES`) or read from a JSON file, checked."""
+    """The space named `name_or_path` (`SPACES`), read from a JSON file, or given as a dict
+    (a study's inline space), checked."""
+    if isinstance(name_or_path, dict):
+        space = json.loads(json.dumps(name_or_path))
+        space.setdefault("name", "inline")
+        return check_space(space)
     if name_or_path in SPACES:
         space = json.loads(json.dumps(SPACES[name_or_path]))
         space.setdefault("name", name_or_path)

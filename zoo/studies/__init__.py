@@ -8,6 +8,15 @@ A study is data, as a preset is:
     arms          {arm: {"preset": NAME, "set": {dotted field: value},
                          "scales": {"smoke": {"set": {...}}}}}: a scale's settings for
                   that arm alone come after the scale's own
+                  a searched arm adds "search": {"space": NAME or {space}, "trials": N,
+                  "seed": S, "algorithm": "random"|"tpe", "set": {...}, "published":
+                  {field: value}}: before its trials train, a search (`zoo.studies.search`,
+                  `zoo.runs.search_space`) trains N draws of the space on the preset (with
+                  the scale's settings, then the search's `set`), and the arm's trials
+                  train the draw of lowest validation perplexity: preset, the draw, the
+                  arm's `set` (Zhang 2018 §6.3: the best of 20-epoch trials, trained longer
+                  with a decaying rate), ...; `published` is the paper's best draw;
+                  `arms.ARM.scales.smoke.search` changes the search at that scale
     grid          {dotted field: [values]}, optional: every arm runs at every point of the
                   cross product (Parthiban 2020 Table 4.4's (c, k) grid)
     seeds         [seed, ...] at paper scale (each trial's `training.seed`)
@@ -35,6 +44,7 @@ import pathlib
 from zoo.bundled_json import bundled_names, read_bundled_json
 from zoo.errors import ConfigError
 from zoo.studies.measures import MEASURES, unknown_measures
+from zoo.studies.search import arm_search, search_problem
 
 _DIR = pathlib.Path(__file__).resolve().parent
 SCALES = ("smoke", "paper")
@@ -75,6 +85,10 @@ def check_study(study, where="the study"):
     for arm, spec in arms.items():
         if not isinstance(spec, dict) or "preset" not in spec:
             bad(f"arm {arm!r} needs a 'preset'")
+        for scale in SCALES:
+            problem = search_problem(arm_search(spec, scale))
+            if problem:
+                bad(f"arm {arm!r}'s search at scale {scale}: {problem}")
     for key in ("seeds",):
         seeds = study[key]
         if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds)):

@@ -10,7 +10,9 @@ retries a trial whose process failed (`max_failures` times: a crash, a lost node
 continues the run folder from its last epoch checkpoint) and reports the ones that failed
 for good. A trial that stops on an error of its configuration or files (`zoo.errors.UserError`,
 a missing corpus, a checkpoint that cannot be read) is reported at once, not retried: the
-same error would come again.
+same error would come again. A worker process carries on from one trial to the next
+(Tune's `reuse_actors`: the framework is imported once per worker, not once per trial), and
+a local cluster's workers run at the driver's CPU priority (`_worker_priority`).
 
 What a trial did lives in its run folder, not in Tune's state: a study (or a search) run
 again submits only the trials whose folders are not finished (`zoo.runs.run_state`): a
@@ -20,6 +22,7 @@ machinery, a new one trains. Tune's own records go to a folder of the caller's
 their trials here.
 """
 
+import contextlib
 import os
 import pathlib
 import signal
@@ -34,6 +37,7 @@ ENGINE_MISSING = ("zoo.study runs its trials on Ray Tune, which is not installed
                   "pip install 'tflm[study]' (Ray Tune and Optuna) or pip install 'ray[tune]', "
                   "then run the same command again.")
 DONE = ("finished", "diverged")
+NICENESS_ENV = "RAY_worker_niceness"
 
 
 def failures_text(failed):
@@ -99,6 +103,23 @@ def _measure(path, measures, data_dir):
     return ""
 
 
+@contextlib.contextmanager
+def _worker_priority(address):
+    """While a local cluster starts: its workers at the driver's CPU priority. Ray starts
+    them at niceness 15 (`RAY_worker_niceness`), and beside any other busy process (a
+    test run, a second study, an editor's indexer) such a trial got a tenth of the CPU it
+    gets alone: a smoke trial of 20 s took over 300 s on this project's 2-core CI machine.
+    A value the user set is kept; a cluster joined with `address` keeps its own."""
+    if address or NICENESS_ENV in os.environ:
+        yield
+        return
+    os.environ[NICENESS_ENV] = "0"  # read by the raylet ray.init spawns
+    try:
+        yield
+    finally:
+        os.environ.pop(NICENESS_ENV, None)
+
+
 def run_trials(runs, records, data_dir=None, address=None, workers=None, max_failures=2,
                measures=()):
     """Run the trials of `runs` ([(name, zoo.train configuration, run folder)]) whose
@@ -118,9 +139,10 @@ def run_trials(runs, records, data_dir=None, address=None, workers=None, max_fai
     started = not ray.is_initialized()
     if started:
         env = {k: os.environ[k] for k in ("KERAS_BACKEND", "TFLM_DATA_DIR") if k in os.environ}
-        ray.init(address=address, num_cpus=None if address else workers,
-                 include_dashboard=False, configure_logging=False,
-                 runtime_env={"env_vars": env} if env else None)
+        with _worker_priority(address):
+            ray.init(address=address, num_cpus=None if address else workers,
+                     include_dashboard=False, configure_logging=False,
+                     runtime_env={"env_vars": env} if env else None)
     try:
         gpus = ray.cluster_resources().get("GPU", 0)
         plans = {name: (config, str(path)) for name, config, path in pending}
@@ -131,7 +153,7 @@ def run_trials(runs, records, data_dir=None, address=None, workers=None, max_fai
             {"cpu": 1, "gpu": 1} if gpus else {"cpu": 1})
         tuner = tune.Tuner(
             trainable, param_space={"trial": tune.grid_search(list(plans))},
-            tune_config=tune.TuneConfig(max_concurrent_trials=workers),
+            tune_config=tune.TuneConfig(max_concurrent_trials=workers, reuse_actors=True),
             run_config=tune.RunConfig(storage_path=str(pathlib.Path(records).resolve()),
                                       verbose=1,
                                       failure_config=tune.FailureConfig(

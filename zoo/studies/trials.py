@@ -2,10 +2,10 @@
 `zoo.train` configuration with a folder name that says which.
 
     trial = arm x point x seed
-    config = the arm's preset, then the arm's `set`, then the scale's `set` (smoke's tiny
-             sizes win over an arm's own), then the arm's own `set` at that scale
-             (`arms.ARM.scales.smoke.set`: a MoS arm's experts), then the point's fields,
-             then `training.seed = seed`
+    config = the arm's preset, then (a searched arm) its search's chosen draw, then the
+             arm's `set`, then the scale's `set` (smoke's tiny sizes win over an arm's
+             own), then the arm's own `set` at that scale (`arms.ARM.scales.smoke.set`: a
+             MoS arm's experts), then the point's fields, then `training.seed = seed`
 
 The folder is `trials/<arm>[__<field>=<value>...]__seed<seed>` (fields by their last name),
 stable across runs of the study, so that a study run again finds its trials where it left
@@ -17,6 +17,7 @@ import itertools
 import json
 
 from zoo.errors import ConfigError
+from zoo.studies.search import arm_search
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +53,24 @@ def trial_name(arm, point, seed):
     return f"{arm}{fields}__seed{seed}"
 
 
-def _assignments(fields):
+def assignments(fields):
+    """`--set` assignments ("field=JSON value") of {dotted field: value}."""
     return [f"{key}={json.dumps(value)}" for key, value in fields.items()]
 
 
-def plan(study, scale="paper", seeds=None):
+def stand_in_draw(search):
+    """A searched arm's draw before its search has run: the search's first random draw,
+    so that the fields of the space are checked against the preset."""
+    # deferred: the plan needs zoo.runs
+    from zoo.runs.search_space import load_space, sample
+    return sample(load_space(search["space"]), search.get("seed", 0), 0)
+
+
+def plan(study, scale="paper", seeds=None, draws=None):
     """The study's trials at `scale` (`seeds`: the first N of the scale's seeds, or all),
-    each configuration resolved and checked before any trial trains."""
+    each configuration resolved and checked before any trial trains. `draws` ({searched
+    arm: {field: value}}) are the searches' chosen draws; an arm not in it is planned with
+    its `stand_in_draw`."""
     # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.config import resolve_config
     from zoo.runs.settings import RunSettings
@@ -76,9 +88,13 @@ def plan(study, scale="paper", seeds=None):
         for point in points:
             for seed in all_seeds:
                 arm_scale = spec.get("scales", {}).get(scale, {}).get("set", {})
-                overrides = (_assignments(spec.get("set", {})) + _assignments(scale_set)
-                             + _assignments(arm_scale)
-                             + _assignments(dict(point)) + [f"training.seed={seed}"])
+                search = arm_search(spec, scale)
+                draw = ({} if search is None else (draws or {}).get(arm)
+                        or stand_in_draw(search))
+                overrides = (assignments(draw) + assignments(spec.get("set", {}))
+                             + assignments(scale_set)
+                             + assignments(arm_scale)
+                             + assignments(dict(point)) + [f"training.seed={seed}"])
                 try:
                     config = resolve_config(spec["preset"], overrides)
                     RunSettings.from_config(config)
