@@ -261,6 +261,27 @@ def test_a_study_runs_on_a_two_worker_ray_cluster_and_resumes_without_retraining
     assert other.returncode == 2 and "resume it with its own command" in other.stderr
 
 
+def test_a_study_joins_a_running_two_node_cluster_with_address(tmp_path):
+    """What the README's `ray start --head` / `ray start --address` cluster gives, made by
+    Ray's own test utility (two raylets on this machine, one CPU each): `--address` runs
+    the study there, with no change to the study."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1)
+        ray.init(address=cluster.address)
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        ray.shutdown()
+        assert len(nodes) == 2
+        study = _study(tmp_path, arms={"a": {"preset": "synthetic"}}, published=[])
+        result = _study_command(study, tmp_path / "s", "--address", cluster.address)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "| a | - | 2 of 2 |" in (tmp_path / "s" / "results.md").read_text()
+    finally:
+        cluster.shutdown()
+
+
 def test_a_missing_corpus_or_engine_stops_before_any_trial(tmp_path):
     study = _study(tmp_path, arms={"a": {"preset": "awd_lstm_ptb"}}, published=[],
                    scales={"smoke": {"seeds": [1, 2], "set": {"training.epochs": 1}}})
@@ -378,3 +399,24 @@ def test_a_local_clusters_workers_run_at_the_drivers_cpu_priority(monkeypatch):
         assert os.environ[engine.NICENESS_ENV] == "7"
     with engine._worker_priority("10.0.0.1:6379"):
         assert os.environ[engine.NICENESS_ENV] == "7"
+
+
+def test_a_cluster_that_cannot_be_joined_is_one_user_error_naming_the_token(tmp_path,
+                                                                            monkeypatch):
+    """ray.init's ConnectionError (no cluster there, or a token-protected one) becomes the
+    error that says what to check; nothing trains. (ray.init itself is replaced: a real
+    refusal takes Ray a minute of retries.)"""
+    ray = pytest.importorskip("ray")
+    from zoo.errors import UserError
+    from zoo.studies import engine
+
+    def refuse(**kwargs):
+        raise ConnectionError(f"Failed to connect to Ray cluster at {kwargs['address']}")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    trial = plan(load_study(_study(tmp_path)), "smoke")[0]
+    with pytest.raises(UserError, match="RAY_AUTH_MODE=token") as err:
+        engine.run_trials([(trial.name, trial.config, tmp_path / trial.name)],
+                          tmp_path / "engine", address="10.0.0.9:6379")
+    assert "could not join the Ray cluster at 10.0.0.9:6379" in str(err.value)
+    assert not (tmp_path / trial.name).exists()

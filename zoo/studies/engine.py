@@ -36,6 +36,11 @@ from zoo.studies.measures import measure_trial, missing
 ENGINE_MISSING = ("zoo.study runs its trials on Ray Tune, which is not installed here: "
                   "pip install 'tflm[study]' (Ray Tune and Optuna) or pip install 'ray[tune]', "
                   "then run the same command again.")
+JOIN_FAILED = ("could not join the Ray cluster at {address} ({error}). Check that it runs "
+               "(`ray status` on its head). A cluster started with `ray start --head` on Ray "
+               "2.59 or later asks for its token: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN "
+               "to what `ray get-auth-token` prints on the head, then run the same command "
+               "again.")
 DONE = ("finished", "diverged")
 NICENESS_ENV = "RAY_worker_niceness"
 
@@ -140,9 +145,12 @@ def run_trials(runs, records, data_dir=None, address=None, workers=None, max_fai
     if started:
         env = {k: os.environ[k] for k in ("KERAS_BACKEND", "TFLM_DATA_DIR") if k in os.environ}
         with _worker_priority(address):
-            ray.init(address=address, num_cpus=None if address else workers,
-                     include_dashboard=False, configure_logging=False,
-                     runtime_env={"env_vars": env} if env else None)
+            try:
+                ray.init(address=address, num_cpus=None if address else workers,
+                         include_dashboard=False, configure_logging=False,
+                         runtime_env={"env_vars": env} if env else None)
+            except ConnectionError as err:
+                raise UserError(JOIN_FAILED.format(address=address, error=err)) from err
     try:
         gpus = ray.cluster_resources().get("GPU", 0)
         plans = {name: (config, str(path)) for name, config, path in pending}
