@@ -56,6 +56,29 @@ def test_every_bundled_study_plans_at_both_scales(name):
         assert (cell["arm"], tuple(cell.get("point", {}).items())) in points, cell
 
 
+@pytest.mark.parametrize("name", list_studies())
+def test_every_smoke_trial_of_every_bundled_study_builds_and_runs_a_window(name):
+    """Each distinct smoke-scale configuration (seeds aside) builds as zoo.train builds it
+    (the model, compiled with the run's optimizer) and predicts a window: what a smoke
+    trial's first step needs, in CI time (the whole smoke run of every study is the slow
+    test `test_every_bundled_study_runs_at_smoke_scale`)."""
+    from zoo.runs.builders import build_model, make_optimizer
+    from zoo.runs.settings import RunSettings
+    configs = {}
+    for trial in plan(load_study(name), "smoke"):
+        config = json.loads(json.dumps(trial.config))
+        config["training"].pop("seed", None)
+        configs.setdefault(json.dumps(config, sort_keys=True), trial)
+    for trial in configs.values():
+        settings = RunSettings.from_config(trial.config)
+        vocab = trial.config["corpus"].get("vocab_size") or 10_000  # PTB's: smoke text
+        model = build_model(settings, vocab)
+        model.compile(optimizer=make_optimizer(settings.training))
+        model.build((None, None))
+        out = model.forward_with_state(np.zeros((1, 4), "int32"))[0]
+        assert np.asarray(out).shape == (1, 4, vocab), trial.name
+
+
 def test_the_gss_grid_is_the_theses_cross_product():
     trials = plan(load_study("parthiban_table_4_4_gss_grid_ptb"))
     cs = sorted({t.point_dict["model.head.c"] for t in trials})
