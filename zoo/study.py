@@ -82,8 +82,8 @@ def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=N
     from zoo.runs.corpora import load_data
     from zoo.runs.run_state import run_state
     from zoo.studies import aggregate, engine, figures, load_study
-    from zoo.studies.search import arm_search, draw_table, search_arm
-    from zoo.studies.trials import plan
+    from zoo.studies.search import draw_table, search_arm
+    from zoo.studies.trials import arm_search, plan
     study = load_study(name)
     trials = plan(study, scale, seeds)  # searched arms with stand-in draws: every field checked
     folder = pathlib.Path(out or f"study_{study['name']}_{scale}")

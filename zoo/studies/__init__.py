@@ -44,7 +44,7 @@ import pathlib
 from zoo.bundled_json import bundled_names, read_bundled_json
 from zoo.errors import ConfigError
 from zoo.studies.measures import MEASURES, unknown_measures
-from zoo.studies.search import arm_search, search_problem
+from zoo.studies.trials import arm_search, search_problem
 
 _DIR = pathlib.Path(__file__).resolve().parent
 SCALES = ("smoke", "paper")

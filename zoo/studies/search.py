@@ -17,47 +17,10 @@ import pathlib
 from zoo.errors import UserError
 from zoo.runs import atomic_files
 from zoo.runtime.user_errors import check_output_dir
+from zoo.studies.trials import arm_search, assignments, scale_settings
 
 SAMPLE_FILE = "sample.json"
 CHOSEN_FILE = "chosen.json"
-
-
-SEARCH_KEYS = {"space", "trials", "seed", "algorithm", "set", "published"}
-ALGORITHMS = ("random", "tpe")
-
-
-def arm_search(spec, scale):
-    """The arm's search at `scale` (its `search`, then `scales.SCALE.search`'s changes), or
-    None for an arm that is not searched."""
-    if "search" not in spec:
-        return None
-    search = dict(spec["search"]) if isinstance(spec["search"], dict) else spec["search"]
-    if isinstance(search, dict) and scale != "paper":
-        search.update(spec.get("scales", {}).get(scale, {}).get("search", {}))
-    return search
-
-
-def search_problem(search):
-    """What is wrong with an arm's search (`arm_search`), or "" (also for None)."""
-    if search is None:
-        return ""
-    if not isinstance(search, dict):
-        return "'search' must be an object with 'space' and 'trials'"
-    unknown = set(search) - SEARCH_KEYS
-    if unknown:
-        return f"unknown key(s) {sorted(unknown)}; a search has {sorted(SEARCH_KEYS)}"
-    if "space" not in search:
-        return "no 'space' (a built-in space's name, or the space itself)"
-    trials = search.get("trials")
-    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
-        return f"'trials' must be an integer >= 1, not {trials!r}"
-    if not isinstance(search.get("seed", 0), int):
-        return f"'seed' must be an integer, not {search['seed']!r}"
-    if search.get("algorithm", "random") not in ALGORITHMS:
-        return f"'algorithm' must be one of {ALGORITHMS}, not {search['algorithm']!r}"
-    return ""
-
-
 def trial_config(preset, overrides, values, epochs=None):
     """The configuration of one trial: preset, `--set` overrides, drawn values, --epochs."""
     # deferred: a command's frameworks import after start_command (zoo.runtime.command)
@@ -238,7 +201,7 @@ def chosen(rows):
     """The summary row (`summary_row`) of the finished trial of lowest validation
     perplexity, or None when no trial finished."""
     best = sorted(rows, key=_sort_key)
-    if best and best[0]["status"] == "finished" and _sort_key(best[0])[0] == 0:
+    if best and _sort_key(best[0])[0] == 0:
         return best[0]
     return None
 
@@ -248,7 +211,6 @@ def search_arm(study, arm, scale, folder, data_dir=None, address=None, workers=N
     `folder/searches/ARM` (zoo.search's folder: trial_XXX, summary.md, engine/). Its trials
     are the arm's preset with the scale's `set` and the search's `set`, then each draw.
     Returns (the chosen summary row or None, {trial folder: error})."""
-    from zoo.studies.trials import assignments, scale_settings  # deferred: trials imports us
     spec = study["arms"][arm]
     arm_spec = arm_search(spec, scale)
     _, scale_set, _ = scale_settings(study, scale)

@@ -17,7 +17,6 @@ import itertools
 import json
 
 from zoo.errors import ConfigError
-from zoo.studies.search import arm_search
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +33,44 @@ class Trial:
     @property
     def point_dict(self):
         return dict(self.point)
+
+
+SEARCH_KEYS = {"space", "trials", "seed", "algorithm", "set", "published"}
+ALGORITHMS = ("random", "tpe")
+
+
+def arm_search(spec, scale):
+    """The arm's search at `scale` (its `search`, then `scales.SCALE.search`'s changes), or
+    None for an arm that is not searched."""
+    if "search" not in spec:
+        return None
+    found = spec["search"]
+    if isinstance(found, dict):
+        found = dict(found)
+        if scale != "paper":
+            found.update(spec.get("scales", {}).get(scale, {}).get("search", {}))
+    return found
+
+
+def search_problem(arm_spec):
+    """What is wrong with an arm's search (`arm_search`), or "" (also for None)."""
+    if arm_spec is None:
+        return ""
+    if not isinstance(arm_spec, dict):
+        return "'search' must be an object with 'space' and 'trials'"
+    unknown = set(arm_spec) - SEARCH_KEYS
+    if unknown:
+        return f"unknown key(s) {sorted(unknown)}; a search has {sorted(SEARCH_KEYS)}"
+    if "space" not in arm_spec:
+        return "no 'space' (a built-in space's name, or the space itself)"
+    trials = arm_spec.get("trials")
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        return f"'trials' must be an integer >= 1, not {trials!r}"
+    if not isinstance(arm_spec.get("seed", 0), int):
+        return f"'seed' must be an integer, not {arm_spec['seed']!r}"
+    if arm_spec.get("algorithm", "random") not in ALGORITHMS:
+        return f"'algorithm' must be one of {ALGORITHMS}, not {arm_spec['algorithm']!r}"
+    return ""
 
 
 def scale_settings(study, scale):
