@@ -20,7 +20,10 @@ Writes into DIR: `study.json` (what was run), `results.md` (the table; also prin
 `results.csv`, `curves.png` (validation perplexity per arm, mean +- 1 SD over the seeds), the
 figures of the study's measures (`zoo.studies.figures`: rank against perplexity, Q and
 embedding spectra, word-similarity bars and win counts; each trial's figures in its
-`measures.json`) and Tune's records under `engine/`. `--scale smoke` runs the study's tiny version (small sizes,
+`measures.json`) and Tune's records under `engine/`. A searched arm (`zoo.studies`:
+`"search"`) first trains its search in `searches/ARM/` (zoo.search's folder: trial_XXX,
+summary.md, chosen.json); its trials then train the draw of lowest validation perplexity,
+and results.md sets that draw beside the paper's. `--scale smoke` runs the study's tiny version (small sizes,
 two seeds, one epoch) in minutes on a CPU: the check that a study runs before it is given a
 cluster.
 
@@ -75,6 +78,29 @@ def _check_folder(folder, record):
                         "choose another --out.")
 
 
+def _run_searches(study, scale, folder, data_dir, address, workers):
+    """Each searched arm's search (`zoo.studies.search.search_arm`), before any trial:
+    ({arm: its chosen draw}, {what failed: error}, the draws' markdown for results.md)."""
+    # deferred: a command's frameworks import after start_command (zoo.runtime.command)
+    from zoo.studies.search import draw_table, search_arm
+    from zoo.studies.trials import arm_search
+    draws, failed, text = {}, {}, ""
+    for arm, spec in study["arms"].items():
+        arm_spec = arm_search(spec, scale)
+        if arm_spec is None:
+            continue
+        print(f"zoo.study: arm {arm}: searching {arm_spec['trials']} draws first", flush=True)
+        row, search_failed = search_arm(study, arm, scale, folder, data_dir, address, workers)
+        failed.update({f"searches/{arm}/{trial}": error
+                       for trial, error in search_failed.items()})
+        text += "\n" + draw_table(arm, row, arm_spec)
+        if row is None:
+            failed[arm] = "no trial of its search finished; its trials were not trained"
+        else:
+            draws[arm] = row["values"]
+    return draws, failed, text
+
+
 def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=None,
               data_dir=None):
     """Run (or resume) the study; returns (table rows, {failed trial: error})."""
@@ -82,7 +108,6 @@ def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=N
     from zoo.runs.corpora import load_data
     from zoo.runs.run_state import run_state
     from zoo.studies import aggregate, engine, figures, load_study
-    from zoo.studies.search import draw_table, search_arm
     from zoo.studies.trials import arm_search, plan
     study = load_study(name)
     trials = plan(study, scale, seeds)  # searched arms with stand-in draws: every field checked
@@ -95,20 +120,7 @@ def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=N
         load_data(json.loads(corpus), data_dir)  # a missing corpus: exit 2 before any trial
     (folder / "trials").mkdir(parents=True, exist_ok=True)
     atomic_files.write_json(folder / STUDY_FILE, {**record, "definition": study})
-    draws, failed, searches = {}, {}, ""
-    for arm, spec in study["arms"].items():
-        arm_spec = arm_search(spec, scale)
-        if arm_spec is None:
-            continue
-        print(f"zoo.study: arm {arm}: searching {arm_spec['trials']} draws first", flush=True)
-        row, search_failed = search_arm(study, arm, scale, folder, data_dir, address, workers)
-        failed.update({f"searches/{arm}/{trial}": error
-                       for trial, error in search_failed.items()})
-        searches += "\n" + draw_table(arm, row, arm_spec)
-        if row is None:
-            failed[arm] = "no trial of its search finished; its trials were not trained"
-        else:
-            draws[arm] = row["values"]
+    draws, failed, searches = _run_searches(study, scale, folder, data_dir, address, workers)
     if draws:
         trials = plan(study, scale, seeds, draws)
     unsearched = {arm for arm in study["arms"]

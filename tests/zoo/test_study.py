@@ -287,7 +287,7 @@ def test_a_study_runs_on_a_two_worker_ray_cluster_and_resumes_without_retraining
 def test_a_study_joins_a_running_two_node_cluster_with_address(tmp_path):
     """What the README's `ray start --head` / `ray start --address` cluster gives, made by
     Ray's own test utility (two raylets on this machine, one CPU each): `--address` runs
-    the study there, with no change to the study."""
+    the study there, with no change to the study; a study without it starts its own."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -301,6 +301,11 @@ def test_a_study_joins_a_running_two_node_cluster_with_address(tmp_path):
         result = _study_command(study, tmp_path / "s", "--address", cluster.address)
         assert result.returncode == 0, result.stderr[-3000:]
         assert "| a | - | 2 of 2 |" in (tmp_path / "s" / "results.md").read_text()
+        # without --address, a cluster of its own, not the one running here (ray.init's
+        # default would join it, and refuse --workers)
+        local = _study_command(study, tmp_path / "l", "--workers", "1")
+        assert local.returncode == 0, local.stderr[-3000:]
+        assert "| a | - | 2 of 2 |" in (tmp_path / "l" / "results.md").read_text()
     finally:
         cluster.shutdown()
 
@@ -400,7 +405,6 @@ def test_a_trial_run_again_continues_its_folder_from_the_last_checkpoint(tmp_pat
     assert engine.train_trial({"trial": trial.name}, plans, None) == {"state": "finished",
                                                                      "error": ""}
     assert (path / "metrics.json").stat().st_mtime_ns == stamp
-
 
 
 def test_a_local_clusters_workers_run_at_the_drivers_cpu_priority(monkeypatch):

@@ -112,9 +112,10 @@ def _measure(path, measures, data_dir):
 def _worker_priority(address):
     """While a local cluster starts: its workers at the driver's CPU priority. Ray starts
     them at niceness 15 (`RAY_worker_niceness`), and beside any other busy process (a
-    test run, a second study, an editor's indexer) such a trial got a tenth of the CPU it
-    gets alone: a smoke trial of 20 s took over 300 s on this project's 2-core CI machine.
-    A value the user set is kept; a cluster joined with `address` keeps its own."""
+    test run, a second study, an editor's indexer) such a trial starves: beside two busy
+    processes on a 2-core machine, 184.7 s a tiny trial against 12.9 s at the driver's
+    priority (bench/studies/results/engine_overhead.md). A value the user set is kept; a
+    cluster joined with `address` keeps its own."""
     if address or NICENESS_ENV in os.environ:
         yield
         return
@@ -146,7 +147,9 @@ def run_trials(runs, records, data_dir=None, address=None, workers=None, max_fai
         env = {k: os.environ[k] for k in ("KERAS_BACKEND", "TFLM_DATA_DIR") if k in os.environ}
         with _worker_priority(address):
             try:
-                ray.init(address=address, num_cpus=None if address else workers,
+                # "local": a cluster of our own even where `ray start` runs one here (ray.init
+                # would join that one, and refuse our num_cpus)
+                ray.init(address=address or "local", num_cpus=None if address else workers,
                          include_dashboard=False, configure_logging=False,
                          runtime_env={"env_vars": env} if env else None)
             except ConnectionError as err:
