@@ -9,9 +9,9 @@ import pytest
 from scipy import stats
 
 from zoo import search
-from zoo.studies import search as study_search
 from zoo.errors import ConfigError
 from zoo.runs.search_space import SPACES, check_space, load_space, sample
+from zoo.studies import search as study_search
 
 TINY = ["corpus.train_tokens=3000", "corpus.valid_tokens=800", "corpus.test_tokens=800",
         "corpus.vocab_size=30", "model.embed_dim=8", "training.bptt=10"]

@@ -113,7 +113,7 @@ def _worker_priority(address):
     """While a local cluster starts: its workers at the driver's CPU priority. Ray starts
     them at niceness 15 (`RAY_worker_niceness`), and beside any other busy process (a
     test run, a second study, an editor's indexer) such a trial starves: beside two busy
-    processes on a 2-core machine, 184.7 s a tiny trial against 12.9 s at the driver's
+    processes on a 2-core machine, 207.7 s a tiny trial against 13.4 s at the driver's
     priority (bench/studies/results/engine_overhead.md). A value the user set is kept; a
     cluster joined with `address` keeps its own."""
     if address or NICENESS_ENV in os.environ:
