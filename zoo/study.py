@@ -123,9 +123,8 @@ def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=N
     draws, failed, searches = _run_searches(study, scale, folder, data_dir, address, workers)
     if draws:
         trials = plan(study, scale, seeds, draws)
-    unsearched = {arm for arm in study["arms"]
-                  if arm_search(study["arms"][arm], scale) is not None and arm not in draws}
-    runnable = [t for t in trials if t.arm not in unsearched]
+    runnable = [t for t in trials  # a searched arm trains only once its search chose a draw
+                if t.arm in draws or arm_search(study["arms"][t.arm], scale) is None]
     states = [run_state(folder / "trials" / t.name) for t in runnable]
     done = sum(s in engine.DONE for s in states)
     print(f"zoo.study: {study['name']} ({study['reproduces']}), scale {scale}: "

@@ -122,16 +122,15 @@ def plan(study, scale="paper", seeds=None, draws=None):
     points = [tuple(zip(keys, values)) for values in itertools.product(*grid.values())]
     trials = []
     for arm, spec in study["arms"].items():
+        search = arm_search(spec, scale)
+        draw = {} if search is None else (draws or {}).get(arm) or stand_in_draw(search)
+        arm_scale = spec.get("scales", {}).get(scale, {}).get("set", {})
+        arm_overrides = (assignments(draw) + assignments(spec.get("set", {}))
+                         + assignments(scale_set) + assignments(arm_scale))
         for point in points:
             for seed in all_seeds:
-                arm_scale = spec.get("scales", {}).get(scale, {}).get("set", {})
-                search = arm_search(spec, scale)
-                draw = ({} if search is None else (draws or {}).get(arm)
-                        or stand_in_draw(search))
-                overrides = (assignments(draw) + assignments(spec.get("set", {}))
-                             + assignments(scale_set)
-                             + assignments(arm_scale)
-                             + assignments(dict(point)) + [f"training.seed={seed}"])
+                overrides = (arm_overrides + assignments(dict(point))
+                             + [f"training.seed={seed}"])
                 try:
                     config = resolve_config(spec["preset"], overrides)
                     RunSettings.from_config(config)
