@@ -2,7 +2,8 @@
 
     python -m bench.training.reference_throughput --reference /path/to/awd-lstm-lm \
         [--backends tensorflow torch jax] [--threads 1 2] [--repeats 3] \
-        [--train-tokens 100000] [--device cpu|gpu] [--out /tmp/throughput] [--no-publish]
+        [--train-tokens 100000] [--device cpu|gpu] [--out /tmp/throughput] [--no-publish] \
+        [--checkout LABEL=PATH ...]
 
 `--reference` is a checkout of the published code (https://github.com/salesforce/awd-lstm-lm,
 commit 1d466ec): it is run from there, unmodified, and never copied into this repository.
@@ -40,6 +41,11 @@ runs every system once before repeat r + 1):
                      `zoo.runs.training.run`) and the epoch's first-step / validation seconds;
                      start-up = process wall - the run's own total. The reference's
                      training, epoch (training + validation) and the rest.
+
+`--checkout LABEL=PATH` (repeatable) also times tflm as another checkout of it has it (a `git
+worktree` of an older commit, say), beside this one and in the same interleaving: each of
+`--backends` from PATH's `zoo.train`, labelled with LABEL and PATH's commit. A change of
+speed between commits is then told from a change of the machine's.
 
 Medians over `--repeats`. Writes the tables to results/reference_throughput.md beside this
 script (`bench.harness.publish`: the latest run only) unless `--no-publish`.
@@ -85,12 +91,12 @@ def make_data(source, folder, train_tokens):
     return count
 
 
-def reference_commit(reference):
-    """The short commit of the reference checkout `reference`, or None (a copy without
-    `.git`)."""
-    if not (pathlib.Path(reference) / ".git").exists():
+def commit_of(tree):
+    """The short commit of the git checkout or worktree at `tree`, or None (a copy without
+    `.git`: a parent folder's repository is not asked)."""
+    if not (pathlib.Path(tree) / ".git").exists():
         return None
-    git = subprocess.run(["git", "-C", str(reference), "rev-parse", "--short", "HEAD"],
+    git = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
                          capture_output=True, text=True)
     return git.stdout.strip() or None
 
@@ -149,13 +155,20 @@ def run_reference(args, data, work, threads, tag):
                         "start-up, data, model, test, saving": wall - epoch}}
 
 
-def run_tflm(args, data, work, threads, backend, tag):
-    out = work / f"{backend}_{tag}"
+def run_tflm(args, data, work, threads, system, tag):
+    """One `zoo.train` run of `system`: a backend, or (backend, checkout label) for
+    `--checkout`'s trees."""
+    backend, label = system if isinstance(system, tuple) else (system, None)
+    root = args.checkouts[label] if label else REPO
+    name = f"{backend}_{label}" if label else backend
+    out = work / f"{name}_{tag}"
     shutil.rmtree(out, ignore_errors=True)
     env = worker_env(backend, args.device, threads)
+    if label:
+        env["PYTHONPATH"] = str(root)  # that tree's tflm and zoo, not this one's
     # JAX: a fresh compilation cache per run (every compile counted, as a first run pays
     # them), unless --warm-jax-cache shares one across the runs (what a rerun costs)
-    cache = work / ("jax_cache" if args.warm_jax_cache else f"jax_cache_{tag}")
+    cache = work / ("jax_cache" if args.warm_jax_cache else f"jax_cache_{name}_{tag}")
     if not args.warm_jax_cache:
         shutil.rmtree(cache, ignore_errors=True)
     env["TFLM_JAX_CACHE_DIR"] = str(cache)
@@ -163,7 +176,7 @@ def run_tflm(args, data, work, threads, backend, tag):
            "--epochs", "1", "--quiet", "--out", str(out)]
     for s in TFLM_SETS:
         cmd += ["--set", s]
-    wall = run_process(cmd, env, REPO, work / f"{backend}_{tag}.log", threads)
+    wall = run_process(cmd, env, root, work / f"{name}_{tag}.log", threads)
     metrics = json.loads((out / "metrics.json").read_text())
     epoch, phases = metrics["history"][0], metrics["seconds"]
     first = epoch["first_step_seconds"]
@@ -188,20 +201,27 @@ TITLE = (f"Training throughput against salesforce/awd-lstm-lm, AWD-LSTM {EMBED} 
 
 
 def command_line(args):
-    """The command as the results file shows it (the reference's checkout left out)."""
+    """The command as the results file shows it (the checkouts' paths left out: a
+    `--checkout`'s commit is in its rows)."""
+    checkouts = "".join(f" --checkout {c}=TFLM_CHECKOUT" for c in args.checkouts)
     return (f"python -m bench.training.reference_throughput --reference AWD_LSTM_LM_CHECKOUT "
             f"--backends {' '.join(args.backends)} --threads "
             f"{' '.join(map(str, args.threads))} --repeats {args.repeats} --train-tokens "
             f"{args.train_tokens}{' --warm-jax-cache' if args.warm_jax_cache else ''}"
-            f"{' --device gpu' if args.device == 'gpu' else ''}")
+            f"{' --device gpu' if args.device == 'gpu' else ''}{checkouts}")
 
 
 def report(args, rows, words, load_start, load_end, minutes):
     """The results file's body: the table and where the whole run went."""
-    systems = ["reference", *args.backends]
+    systems = ["reference", *args.backends,
+               *((b, c) for c in args.checkouts for b in args.backends)]
     label = {"reference": "salesforce reference (PyTorch, native)",
              "tensorflow": "tflm, TensorFlow", "torch": "tflm, Keras on PyTorch",
              "jax": "tflm, JAX"}
+    here = commit_of(REPO)
+    for backend, checkout in systems[1 + len(args.backends):]:
+        label[backend, checkout] = (f"{label[backend]}, {checkout} "
+                                    f"({commit_of(args.checkouts[checkout]) or 'no git'})")
     med = {}
     for (system, threads), runs in rows.items():
         med[system, threads] = {
@@ -222,7 +242,8 @@ def report(args, rows, words, load_start, load_end, minutes):
              "training tokens / seconds of the training loop (validation excluded); whole "
              "run = process wall time. Ratios to the reference at the same thread count. JAX "
              f"runs {'share a warm' if args.warm_jax_cache else 'each start with an empty'} "
-             "compilation cache.", "",
+             "compilation cache." + (f" tflm rows without a label: this checkout, commit "
+                                     f"{here or 'unknown'}." if args.checkouts else ""), "",
              "| system | threads | training words/s | vs reference | whole run s | vs reference "
              "| valid ppl | test ppl |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for threads in args.threads:
@@ -264,9 +285,19 @@ def main():
     p.add_argument("--warm-jax-cache", action="store_true",
                    help="share one JAX compilation cache across the runs (default: a fresh "
                         "one per run, so each pays its compiles)")
+    p.add_argument("--checkout", action="append", default=[], metavar="LABEL=PATH",
+                   help="also time tflm from another checkout of it (e.g. a git worktree of "
+                        "an older commit), labelled LABEL; repeatable")
     p.add_argument("--results", default=str(results_path(__file__, "reference_throughput.md")))
     p.add_argument("--no-publish", action="store_true")
     args = p.parse_args()
+    args.checkouts = {}
+    for item in args.checkout:
+        label, _, path = item.partition("=")
+        if not label or not (pathlib.Path(path) / "zoo" / "train.py").exists():
+            p.error(f"--checkout {item}: give LABEL=PATH, PATH a checkout of tflm (no "
+                    "zoo/train.py there)")
+        args.checkouts[label] = pathlib.Path(path).resolve()
     main_py = pathlib.Path(args.reference) / "main.py"
     if not args.no_reference and not main_py.exists():
         p.error(f"--reference {args.reference}: no main.py there; pass a checkout of "
@@ -275,12 +306,13 @@ def main():
     if not (source / "train.txt").exists():
         p.error(f"no PTB under {source}: pass --data-dir (the folder holding penn/)")
     if not args.no_reference and args.reference_commit is None:
-        args.reference_commit = reference_commit(args.reference)
+        args.reference_commit = commit_of(args.reference)
     work, data, words = prepare_run(source, args.out, args.train_tokens)
     load_start = "/".join(f"{x:.2f}" for x in os.getloadavg())
     started = time.perf_counter()
     rows = {}
-    systems = ([] if args.no_reference else ["reference"]) + list(args.backends)
+    systems = (([] if args.no_reference else ["reference"]) + list(args.backends)
+               + [(b, c) for c in args.checkouts for b in args.backends])
     for repeat in range(args.repeats):
         for threads in args.threads:
             for system in systems:
@@ -292,12 +324,14 @@ def main():
                 rows.setdefault((system, threads), []).append(result)
                 steady = (f" (median batch {result['median_batch_ms']:.1f} ms)"
                           if "median_batch_ms" in result else "")
-                print(f"{system:10s} threads {threads} repeat {repeat}: "
+                name = "@".join(system) if isinstance(system, tuple) else system
+                print(f"{name:10s} threads {threads} repeat {repeat}: "
                       f"{words / result['train_seconds']:,.0f} words/s{steady}, whole run "
                       f"{result['wall']:.1f} s, valid {result['valid']:.2f}, test "
                       f"{result['test']:.2f}", flush=True)
                 (work / "runs.json").write_text(json.dumps(
-                    {f"{s}|{t}": r for (s, t), r in rows.items()}, indent=1))
+                    {f"{s if isinstance(s, str) else '@'.join(s)}|{t}": r
+                     for (s, t), r in rows.items()}, indent=1))
     load_end = "/".join(f"{x:.2f}" for x in os.getloadavg())
     table = report(args, rows, words, load_start, load_end,
                    (time.perf_counter() - started) / 60)
