@@ -51,7 +51,7 @@ import numpy as np
 
 from bench.harness import REPO, publish, results_path
 from bench.reproductions.parity import figure
-from bench.training.reference_throughput import reference_commit
+from bench.training.reference_throughput import commit_of
 from tflm.testing.reference_peer import peer_to_keras_names
 
 LAUNCHER = pathlib.Path(__file__).resolve().with_name("reference_launcher.py")
@@ -423,7 +423,7 @@ def main(argv=None):
                                                                  work, keras_init)
         print(f"tflm seed {seed}: {[round(v, 1) for v in curves['keras', seed]]}", flush=True)
     # a copy without .git would otherwise name the commit of a repository around it
-    commit = reference_commit(args.reference) or "(not a git checkout)"
+    commit = commit_of(args.reference) or "(not a git checkout)"
     note = (f"KERAS_BACKEND={os.environ.get('KERAS_BACKEND', 'tensorflow')}; reference "
             f"checkout {commit} under reference_launcher.py's shims; {vocab_size} words; "
             f"{time.time() - start:.0f} s. Validation perplexity per epoch, "

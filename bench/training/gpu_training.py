@@ -175,7 +175,7 @@ def main():
         p.error(f"--reference {args.reference}: no main.py there; pass a checkout of "
                 "https://github.com/salesforce/awd-lstm-lm")
     if args.reference_commit is None:
-        args.reference_commit = throughput.reference_commit(args.reference)
+        args.reference_commit = throughput.commit_of(args.reference)
     work, data, words = throughput.prepare_run(source, args.out, args.train_tokens)
     started = time.perf_counter()
     runs, device_name = {}, args.device
