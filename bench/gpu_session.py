@@ -1,33 +1,39 @@
-"""One call on a lent GPU machine: the GPU measurements of issues 41 and 46, one after another
-under one deadline, each stage's figures packed into the folder that comes back.
+"""One call on a lent GPU machine: issue 41's GPU measurements (and issue 46's before it), one
+after another under one deadline, each stage's figures packed into the folder that comes back.
 
-    python -m bench.gpu_session --out $OUT --carried .device [--deadline 570] [--small]
+    python -m bench.gpu_session --out $OUT --carried .device [--deadline 570] [--small] \
+        [--stages NAME ...]
 
 A lent machine is rare and short (minutes, one call), starts bare, and has PyTorch and JAX but
 no TensorFlow: Keras travels as a wheel, and so do the PTB text and the two reference
-checkouts, under `--carried` (`data/penn/`, `awd-lstm-lm/`, `mos/`). The stages run in the
-order of what they are worth, each with what is left of the deadline (at most its own cap),
-so a slow stage costs the ones after it and never the call; a stage that fails or runs out of
-time is reported as such and the next one starts.
+checkouts, under `--carried` (`data/penn/`, `awd-lstm-lm/`, `mos/`; optionally `tree-base/`,
+below). The stages run in the order given, each with what is left of the deadline (at most
+its own cap), so a slow stage costs the ones after it and never the call; a stage that fails
+or runs out of time is reported as such and the next one starts. By default
+(`DEFAULT_STAGES`), what issue 41 has not measured yet:
 
-1. `curves`: `bench.reproductions.reference_curves` for `awd_lstm_ptb` at the preset's own
-   size on the full PTB, salesforce's main.py with CUDA against `zoo.train` on Keras-JAX,
-   3 epochs, seeds 141 and 142: the curves at full size (issue 46) and, from the same runs,
-   the first-epoch, warm-epoch and whole-run times and the memory of both sides (issue 41);
-   each tflm epoch records the training programs it compiled (`train_step_traces`).
-   Seed 141's tflm run starts with an empty JAX compilation cache; seed 142's finds it full.
-2. `mos`: `reference_curves` for `awd_lstm_mos_ptb` at its own size on the first 60,000
+1. `mos-profile`: `bench.training.step_profile` for `awd_lstm_mos_ptb` at its own size,
+   tflm on JAX against zihangdai/mos main.py's step (without its per-batch `gc.collect()`):
+   where each step's time goes, kernels, idle share, memory.
+2. `torch`: the same for `awd_lstm_ptb`, Keras on PyTorch against salesforce main.py's step:
+   the "Keras on PyTorch >= 1.0x" target at the preset's size.
+3. `torch-base`: Keras on PyTorch again, from `--carried/tree-base/` (a copy of tflm's tree
+   at the commit before a change, e.g. `git archive BASE | tar -x -C .device/tree-base`),
+   run from that tree: the change's A/B in one session. Left out where no tree is carried.
+4. `mos`: `bench.reproductions.reference_curves` for `awd_lstm_mos_ptb` on the first 150,000
    words of PTB (1 epoch, seeds 141 and 142; main.py's ms/batch every 20 batches) against
    zihangdai/mos's main.py with its per-batch `gc.collect()` skipped (`--reference-gc off`,
-   the stricter comparison: the collections are no arithmetic): training words/s (tflm's
-   once warm: the steps after the first) and the GPU allocators' peaks.
-3. `pad-72`, `pad-88`: `bench.training.step_profile` for tflm on JAX alone, windows of
-   bptt 70 padded to 72 (a multiple of 4) and to 88 (`zoo.train`'s one compiled length for
-   the preset, bptt + 3.5 sigma): what a padded position costs on the GPU.
+   the stricter comparison: the collections are no arithmetic): training words/s once warm
+   (the steps after the first) and the GPU allocators' peaks. (The 60,000 words of the
+   session of 2026-11-28 gave 72 warm steps, too few: seeds 37,259 / 47,859 words/s.)
 
-Earlier sessions' stages are in git: the step profile against main.py's step, the
-`mixed_bfloat16` run and Keras on PyTorch (`tools.compare_frameworks`) ran in the first
-(results/gpu_session.md); `--report` still reads their folders.
+Also known, by name with `--stages`: `curves` (`reference_curves` for `awd_lstm_ptb` at its
+own size on the full PTB against salesforce's main.py, 3 epochs, seeds 141 and 142: curves,
+first-epoch, warm-epoch and whole-run times and memory, `train_step_traces`) and `pad-72`,
+`pad-88` (`step_profile` for JAX with bptt-70 windows padded to 72 and to 88): both ran in
+the sessions of 2026-11-28. Earlier sessions' stages are in git: the step profile against
+main.py's step, the `mixed_bfloat16` run and Keras on PyTorch (`tools.compare_frameworks`)
+ran in the first (results/gpu_session.md); `--report` still reads their folders.
 
 `--small` shrinks every stage (a model of 32 / 64, a few thousand words) so that the whole
 session runs on a CPU in a few minutes: the check that it runs before a GPU is spent on it.
@@ -58,8 +64,12 @@ PACKED_MAX_BYTES = 4 << 20
 UNPACKED_FOLDERS = {"text"}  # the corpus copies reference_curves cuts
 
 
+BASE_TREE = "tree-base"  # under --carried: tflm at the commit before a change, for an A/B
+
+
 def stages(work, carried, small):
-    """[(name, cap seconds, environment overrides, command)] in the order they run."""
+    """{name: (cap seconds, environment overrides, command, working folder)}, every stage
+    this script knows; `DEFAULT_STAGES` run unless `--stages` names others."""
     py = sys.executable
     salesforce, mos = carried / "awd-lstm-lm", carried / "mos"
     data = carried / "data"
@@ -67,32 +77,54 @@ def stages(work, carried, small):
     tiny = ["--set", "model.embed_dim=32", "--set", "model.hidden_dim=64"] if small else []
     cut_awd = (["--train-tokens", "6000", "--valid-tokens", "1500", "--log-interval", "2"]
                if small else [])
-    cut_mos = ["--train-tokens", "6000" if small else "60000", "--valid-tokens",
+    cut_mos = ["--train-tokens", "6000" if small else "150000", "--valid-tokens",
                "1500" if small else "8000", "--log-interval", "2" if small else "20"]
     mos_tiny = (["--set", "model.last_dim=48", "--set", "model.head.num_experts=3"]
                 if small else [])
     jax = {"KERAS_BACKEND": "jax"}
-    profile = [py, "-m", "bench.training.step_profile", "--preset", "awd_lstm_ptb",
-               "--backends", "jax", "--steps", "5" if small else "30", "--warmup",
-               "2" if small else "10", "--device", device, "--no-publish", *tiny]
-    return [
-        ("info", 30, {}, [py, "-c", INFO]),
-        ("curves", 370, jax, [
-            py, "-m", "bench.reproductions.reference_curves", "--reference", str(salesforce),
-            "--preset", "awd_lstm_ptb", "--epochs", "3", "--seeds", "141", "142",
-            "--device", device, "--data-dir", str(data), "--work", str(work / "curves"),
-            "--results", str(work / "curves" / "reference_curves_gpu.md"), *cut_awd, *tiny]),
-        ("mos", 170, jax, [
+    steps = ["--steps", "5" if small else "30", "--warmup", "2" if small else "10",
+             "--device", device, "--no-publish"]
+    profile = [py, "-m", "bench.training.step_profile", *steps]
+    base = carried / BASE_TREE
+    # the base tree's own tflm, zoo and bench; the carried packages (Keras) after them
+    base_env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(base),
+                                                            os.environ.get("PYTHONPATH")]))}
+    return {
+        "info": (30, {}, [py, "-c", INFO], REPO),
+        "mos-profile": (150, jax, [
+            *profile, "--preset", "awd_lstm_mos_ptb", "--backends", "jax", "--reference",
+            str(mos), "--out", str(work / "mos-profile"), *tiny, *mos_tiny], REPO),
+        "torch": (120, {}, [
+            *profile, "--preset", "awd_lstm_ptb", "--backends", "torch", "--reference",
+            str(salesforce), "--out", str(work / "torch"), *tiny], REPO),
+        "torch-base": (90, base_env, [
+            *profile, "--preset", "awd_lstm_ptb", "--backends", "torch",
+            "--out", str(work / "torch-base"), *tiny], base),
+        "mos": (200, jax, [
             py, "-m", "bench.reproductions.reference_curves", "--reference", str(mos),
             "--preset", "awd_lstm_mos_ptb", "--epochs", "1", "--seeds", "141", "142",
             "--reference-gc", "off", "--device", device, "--data-dir", str(data),
             "--work", str(work / "mos"),
             "--results", str(work / "mos" / "reference_curves_mos_gpu.md"), *cut_mos, *tiny,
-            *mos_tiny]),
-        *((f"pad-{n}", 70, jax, [*profile, "--set", f"training.pad_to_multiple={n}",
-                                 "--out", str(work / f"pad-{n}")])
-          for n in (72, 88)),
-    ]
+            *mos_tiny], REPO),
+        "curves": (370, jax, [
+            py, "-m", "bench.reproductions.reference_curves", "--reference", str(salesforce),
+            "--preset", "awd_lstm_ptb", "--epochs", "3", "--seeds", "141", "142",
+            "--device", device, "--data-dir", str(data), "--work", str(work / "curves"),
+            "--results", str(work / "curves" / "reference_curves_gpu.md"), *cut_awd, *tiny],
+            REPO),
+        **{f"pad-{n}": (70, jax, [*profile, "--preset", "awd_lstm_ptb", "--backends", "jax",
+                                  "--set", f"training.pad_to_multiple={n}",
+                                  "--out", str(work / f"pad-{n}"), *tiny], REPO)
+           for n in (72, 88)},
+    }
+
+
+# What the next lent GPU measures first (issue 41): the MoS step against zihangdai/mos's,
+# Keras on PyTorch at the AWD-LSTM preset's size against main.py's step (and against the
+# base tree's, where one is carried: the A/B of a change), then a longer warm MoS run.
+# `curves` and the `pad-*` stages ran in the sessions of 2026-11-28 (results/gpu_session.md).
+DEFAULT_STAGES = ("info", "mos-profile", "torch", "torch-base", "mos")
 
 
 INFO = """
@@ -128,8 +160,8 @@ def pack(folder, archive):
                 tar.add(path, arcname=str(path.relative_to(folder.parent)))
 
 
-def run_stage(name, cap, env, command, work, out, deadline, log):
-    """Run one stage with min(cap, time left) seconds; its record."""
+def run_stage(name, cap, env, command, cwd, work, out, deadline, log):
+    """Run one stage from `cwd` with min(cap, time left) seconds; its record."""
     left = deadline - time.monotonic()
     record = {"stage": name, "command": " ".join(command), "cap_s": cap}
     if left < 20:
@@ -139,7 +171,7 @@ def run_stage(name, cap, env, command, work, out, deadline, log):
     folder.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     try:
-        proc = subprocess.run(command, cwd=REPO, env={**os.environ, **env},
+        proc = subprocess.run(command, cwd=cwd, env={**os.environ, **env},
                               capture_output=True, text=True, timeout=min(cap, left - 10))
         status, output = f"exit {proc.returncode}", proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as stopped:
@@ -162,6 +194,10 @@ def _json(path):
 
 def _ms_or_dash(value):
     return "-" if value is None else f"{value:.2f}"
+
+
+def _mib(value):
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def _verdict(met):
@@ -244,7 +280,8 @@ def report(folder):
                      f"{mos_runs[0].get('device_memory_mib')} MiB" if mos_runs else "")
             rows.append((label, f"main.py {mos_words:,.0f} words/s, peak {mos_peak} MiB"
                          f"{first}; tflm once warm: not measured", None))
-    torch = _json(folder / "torch" / "results.json")
+    rows += _torch_rows(folder)
+    torch = _json(folder / "torch" / "results.json")  # the first session's stage
     if torch and ref_words:
         row = torch["backends"][0]
         words = row["train_words_per_s_steady"]
@@ -283,19 +320,50 @@ def report(folder):
                          f"{_ms_or_dash(short.get('busy_ms'))} ms", None))
     lines = ["| target | figure | verdict |", "| --- | --- | --- |"]
     lines += [f"| {a} | {b} | {_verdict(c)} |" for a, b, c in rows]
-    profile = _json(folder / "profile" / "step_profile.json")
-    if profile:
-        lines += ["", "Where a training step's time goes (`bench.training.step_profile`: fixed "
-                  "windows of bptt, each step synchronized; busy = the union of the GPU "
-                  "kernels' intervals):", "",
-                  "| system | wall ms/step | GPU busy ms/step | idle | kernels/step |",
-                  "| --- | ---: | ---: | ---: | ---: |"]
-        for r in profile["rows"]:
-            if "wall_ms" in r and r.get("busy_ms"):
-                lines.append(f"| {r['system']} | {r['wall_ms']:.2f} | {r['busy_ms']:.2f} | "
-                             f"{r['idle_share']:.0%} | "
-                             f"{r['kernels_per_step']:,.0f} |")
+    for stage, what in (("profile", "the AWD-LSTM preset"), ("mos-profile", "the MoS preset"),
+                        ("torch", "the AWD-LSTM preset, Keras on PyTorch"),
+                        ("torch-base", "the AWD-LSTM preset, Keras on PyTorch, base tree")):
+        profile = _json(folder / stage / "step_profile.json")
+        if profile:
+            lines += ["", f"Where a training step's time goes, {what} (`{stage}`: "
+                      "`bench.training.step_profile`, fixed windows of bptt, each step "
+                      "synchronized; busy = the union of the GPU kernels' intervals):", "",
+                      "| system | wall ms/step | GPU busy ms/step | idle | kernels/step | "
+                      "peak MiB |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+            lines += [f"| {r['system']} | {r['wall_ms']:.2f} | {r['busy_ms']:.2f} | "
+                      f"{r['idle_share']:.0%} | {r['kernels_per_step']:,.0f} | "
+                      f"{_mib(r.get('peak_memory_mib'))} |"
+                      for r in profile["rows"] if "wall_ms" in r and r.get("busy_ms")]
     return "\n".join(lines) + "\n"
+
+
+def _profiled(folder, stage, system):
+    """The `system` row of a stage's step_profile.json, or None (no stage, or it failed)."""
+    profile = _json(folder / stage / "step_profile.json") or {"rows": []}
+    return next((r for r in profile["rows"] if r.get("system") == system and "wall_ms" in r),
+                None)
+
+
+def _torch_rows(folder):
+    """Keras on PyTorch at the AWD-LSTM preset's size against main.py's step (the `torch`
+    stage), and against the base tree's Keras on PyTorch (`torch-base`, an A/B)."""
+    from bench.training.step_profile import REFERENCE  # deferred: the harness only
+    ours, theirs = (_profiled(folder, "torch", s) for s in ("tflm, torch", REFERENCE))
+    base = _profiled(folder, "torch-base", "tflm, torch")
+    rows = []
+    if ours and theirs:
+        rows.append(("Keras on PyTorch >= 1.0x main.py at the AWD-LSTM preset's size "
+                     "(step_profile: one synchronized step)",
+                     f"{ours['words_per_s']:,.0f} / {theirs['words_per_s']:,.0f} words/s = "
+                     f"{ours['words_per_s'] / theirs['words_per_s']:.2f}x; GPU idle "
+                     f"{ours['idle_share']:.0%} / {theirs['idle_share']:.0%}",
+                     ours["words_per_s"] >= theirs["words_per_s"]))
+    if ours and base:
+        rows.append(("Keras on PyTorch, this tree against the base tree (an A/B)",
+                     f"{ours['wall_ms']:.2f} / {base['wall_ms']:.2f} ms a step = "
+                     f"{base['wall_ms'] / ours['wall_ms']:.2f}x the speed; GPU idle "
+                     f"{ours['idle_share']:.0%} / {base['idle_share']:.0%}", None))
+    return rows
 
 
 def main(argv=None):
@@ -311,6 +379,8 @@ def main(argv=None):
                    help="seconds from the start for all the stages")
     p.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/gpu_session"))
     p.add_argument("--small", action="store_true", help="tiny stages: a check on a CPU")
+    p.add_argument("--stages", nargs="+", metavar="NAME",
+                   help=f"the stages to run, in this order (default: {' '.join(DEFAULT_STAGES)})")
     args = p.parse_args(argv)
     if args.report:
         publish("Issue 41's targets on a lent GPU, from one session", report(args.report),
@@ -323,14 +393,20 @@ def main(argv=None):
                if not (carried / x).is_file()]
     if missing:
         p.error(f"--carried {carried}: missing {', '.join(missing)}")
+    known = stages(args.work, carried, args.small)
+    chosen = list(args.stages or DEFAULT_STAGES)
+    unknown = [name for name in chosen if name not in known]
+    if unknown:
+        p.error(f"--stages: no stage {', '.join(unknown)}; known: {', '.join(known)}")
+    if "torch-base" in chosen and not (carried / BASE_TREE / "zoo").is_dir():
+        chosen.remove("torch-base")  # no base tree carried: nothing to compare with
     deadline = time.monotonic() + args.deadline
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     records = []
     with open(args.out / "session.log", "w") as log:
-        for name, cap, env, command in stages(args.work, carried, args.small):
-            records.append(run_stage(name, cap, env, command, args.work, args.out, deadline,
-                                     log))
+        for name in chosen:
+            records.append(run_stage(name, *known[name], args.work, args.out, deadline, log))
             print(f"{name}: {records[-1]['status']} ({records[-1]['seconds']} s)", flush=True)
             (args.out / "session.json").write_text(json.dumps(records, indent=1))
     return 0

@@ -1,5 +1,6 @@
 """Where one training step's time goes: tflm's train step on a Keras backend against
-salesforce/awd-lstm-lm's own model and training step, on a GPU (or the CPU).
+the published code's own model and training step (salesforce/awd-lstm-lm's for a softmax
+preset, zihangdai/mos's for a mixture of softmaxes), on a GPU (or the CPU).
 
     python -m bench.training.step_profile --reference /path/to/awd-lstm-lm \\
         --preset awd_lstm_ptb --steps 30 --warmup 10 [--backends jax,torch] \\
@@ -17,7 +18,13 @@ bptt random tokens out of `--vocab` words:
   (`reference_curves.reference_constructor`), its `SplitCrossEntropyLoss` and the lines of
   its train() loop (repackage_hidden, forward with return_h, the split loss, AR, TAR,
   backward, clip_grad_norm_, SGD with weight decay; lr x seq_len / bptt is lr: every
-  window is bptt long), under `reference_launcher.py`'s shims.
+  window is bptt long), under `reference_launcher.py`'s shims;
+- zihangdai/mos main.py's step (with `--reference` a checkout of it, for a MoS preset): its
+  `RNNModel` as its main.py builds it, the same lines of its train() with the NLL of the
+  mixture's log-probabilities as the loss, one small batch of the whole batch (its default
+  `--small_batch_size`), its per-small-batch `gc.collect()` left out (as
+  `reference_curves --reference-gc off`). `--reference` must hold the preset's program:
+  the other one's checkout fails that row (`reference_curves.check_checkout`).
 
 `--warmup` steps, `--steps` timed steps (wall: from one step's end to the next, each ending
 on a synchronised device: a fetch of the step's loss, `torch.cuda.synchronize()`), then
@@ -67,6 +74,7 @@ from bench.harness import REPO, module_command, publish, results_path
 TOP = 8
 COPIES = ("Memcpy", "Memset")
 REFERENCE = "salesforce main.py's step"
+REFERENCES = {"salesforce": REFERENCE, "mos": "zihangdai/mos main.py's step"}
 ACTIVITY_STATS = {"kernel_details", "memcpy_details", "memset_details"}
 MAIN_PY_SPLITS = ((500000, [4200, 35000, 180000]), (75000, [2800, 20000, 76000]))
 
@@ -207,14 +215,16 @@ def tflm_system(args, config, folder):
 
 
 def reference_system(args, config, folder):
-    from bench.reproductions.reference_curves import reference_constructor, reference_flags
+    from bench.reproductions.reference_curves import (check_checkout, reference_constructor,
+                                                      reference_flags, reference_program)
     from bench.reproductions.reference_launcher import use_checkout
 
+    program = reference_program(config)
+    check_checkout(args.reference, program)
     use_checkout(args.reference)
     # deferred: the checkout's modules, after its shims
     import torch
-    import model as awd
-    from splitcross import SplitCrossEntropyLoss
+    import model as reference_model
     from utils import batchify, get_batch, repackage_hidden
 
     from tools.frameworks.measure import add_memory, cpu_description
@@ -226,12 +236,24 @@ def reference_system(args, config, folder):
     alpha, beta = float(flags["--alpha"]), float(flags["--beta"])
     batch, bptt, clip = int(flags["--batch_size"]), int(flags["--bptt"]), float(flags["--clip"])
     torch.manual_seed(0)
-    net = awd.RNNModel(**reference_constructor(config, args.vocab))
-    splits = next((s for above, s in MAIN_PY_SPLITS if args.vocab > above), [])
-    criterion = SplitCrossEntropyLoss(int(flags["--emsize"]), splits=splits, verbose=False)
+    made = reference_constructor(config, args.vocab)
+    criterion = None  # salesforce's split softmax; zihangdai/mos's head is in its model
+    if program == "mos":
+        net, loss_of = mos_model(reference_model, made, flags)
+    else:
+        from splitcross import SplitCrossEntropyLoss
+
+        net = reference_model.RNNModel(**made)
+        splits = next((s for above, s in MAIN_PY_SPLITS if args.vocab > above), [])
+        criterion = SplitCrossEntropyLoss(int(flags["--emsize"]), splits=splits, verbose=False)
+
+        def loss_of(output, targets):
+            return criterion(net.decoder.weight, net.decoder.bias, output, targets)
     if cuda:
-        net, criterion = net.cuda(), criterion.cuda()
-    params = list(net.parameters()) + list(criterion.parameters())
+        net = net.cuda()  # Module.cuda() moves in place: loss_of's criterion moves too
+        if criterion is not None:
+            criterion.cuda()
+    params = list(net.parameters()) + (list(criterion.parameters()) if criterion else [])
     optimizer = torch.optim.SGD(params, lr=float(flags["--lr"]),
                                 weight_decay=float(flags["--wdecay"]))
     main_args = types.SimpleNamespace(cuda=cuda, bptt=bptt)
@@ -239,14 +261,14 @@ def reference_system(args, config, folder):
     train_data = batchify(ids, batch, main_args)
     state = {"hidden": net.init_hidden(batch), "i": 0}
 
-    def step():  # main.py's train(), one batch
+    def step():  # main.py's train(), one batch (zihangdai/mos: one small batch of batch)
         data, targets = get_batch(train_data, state["i"], main_args, seq_len=bptt)
         state["i"] += bptt
         net.train()
         hidden = repackage_hidden(state["hidden"])
         optimizer.zero_grad()
         output, state["hidden"], rnn_hs, dropped_rnn_hs = net(data, hidden, return_h=True)
-        loss = criterion(net.decoder.weight, net.decoder.bias, output, targets)
+        loss = loss_of(output, targets.contiguous().view(-1))
         if alpha:
             loss = loss + sum(alpha * h.pow(2).mean() for h in dropped_rnn_hs[-1:])
         if beta:
@@ -268,10 +290,32 @@ def reference_system(args, config, folder):
         return times
 
     result = measure(run, args, lambda r, s, f: torch_profile(r, s, cuda), folder)
-    result.update(system=REFERENCE, backend="torch", batch=batch, bptt=bptt, padded_to=bptt,
+    result.update(system=REFERENCES[program], backend="torch", batch=batch, bptt=bptt,
+                  padded_to=bptt,
                   device=torch.cuda.get_device_name(0) if cuda else cpu_description())
     add_memory(result, "torch", cuda)
     return result
+
+
+def mos_model(reference_model, made, flags):
+    """zihangdai/mos's `RNNModel` as its main.py builds it (its negative `--nhidlast` and
+    `--dropoutl` mean `--emsize` and `--dropouth`) and the loss of its train(): the NLL of
+    the mixture's log-probabilities (its forward returns them). Its per-small-batch
+    `gc.collect()` is left out, as `reference_curves --reference-gc off` runs it."""
+    import torch
+
+    last = int(flags["--nhidlast"])
+    latent_dropout = float(flags["--dropoutl"])
+    net = reference_model.RNNModel(
+        made["rnn_type"], made["ntoken"], made["ninp"], made["nhid"],
+        last if last > 0 else made["ninp"], made["nlayers"], made["dropout"],
+        made["dropouth"], made["dropouti"], made["dropoute"], made["wdrop"], True,
+        latent_dropout if latent_dropout >= 0 else made["dropouth"], int(flags["--n_experts"]))
+
+    def loss_of(log_prob, targets):
+        return torch.nn.functional.nll_loss(log_prob.view(-1, log_prob.size(2)), targets)
+
+    return net, loss_of
 
 
 def measure(run, args, profile, folder):
@@ -313,7 +357,7 @@ def run_child(args, name, backend, out):
     if args.device == "cpu":
         env.update(CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
     log = out / f"{name}.log"
-    label = REFERENCE if name == "reference" else f"tflm, {backend}"
+    label = "the reference's step" if name == "reference" else f"tflm, {backend}"
     with open(log, "w") as f:
         try:
             code = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT,

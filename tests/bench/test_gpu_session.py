@@ -1,8 +1,12 @@
 """bench.gpu_session: the stage folders read back into issue 41's targets (each met or
-missed from its own figures), and the packing of a stage's text files."""
+missed from its own figures), the packing of a stage's text files, and which stages run
+(the A/B against a base tree only where one is carried)."""
 
 import json
+import os
 import tarfile
+
+import pytest
 
 from bench import gpu_session
 
@@ -88,3 +92,53 @@ def test_a_stage_is_packed_without_models_or_the_corpus_copy(tmp_path):
     with tarfile.open(archive) as tar:
         assert sorted(tar.getnames()) == ["curves/reference_curves_gpu.md",
                                           "curves/tflm-141/metrics.json"]
+
+
+def _profile_row(system, wall, busy, words):
+    return {"system": system, "wall_ms": wall, "busy_ms": busy, "idle_share": 1 - busy / wall,
+            "kernels_per_step": 800, "words_per_s": words, "peak_memory_mib": 900.0}
+
+
+def test_the_torch_stages_give_the_target_and_the_a_b(tmp_path):
+    from bench.training.step_profile import REFERENCE, REFERENCES
+    _write(tmp_path / "torch" / "step_profile.json", {"rows": [
+        _profile_row("tflm, torch", 20.0, 15.0, 70000.0),
+        _profile_row(REFERENCE, 16.0, 12.0, 87500.0)]})
+    _write(tmp_path / "torch-base" / "step_profile.json", {"rows": [
+        _profile_row("tflm, torch", 30.0, 15.0, 46667.0)]})
+    _write(tmp_path / "mos-profile" / "step_profile.json", {"rows": [
+        _profile_row("tflm, jax", 25.0, 20.0, 33600.0),
+        _profile_row(REFERENCES["mos"], 20.0, 18.0, 42000.0)]})
+    text = gpu_session.report(tmp_path)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()
+            if line.startswith("| ")}
+    assert ("70,000 / 87,500 words/s = 0.80x; GPU idle 25% / 25% | missed" in rows[
+        "Keras on PyTorch >= 1.0x main.py at the AWD-LSTM preset's size (step_profile: one "
+        "synchronized step)"])
+    assert "20.00 / 30.00 ms a step = 1.50x the speed; GPU idle 25% / 50% | - |" in rows[
+        "Keras on PyTorch, this tree against the base tree (an A/B)"]
+    assert "the MoS preset (`mos-profile`" in text
+    assert "| zihangdai/mos main.py's step | 20.00 | 18.00 | 10% | 800 | 900 |" in text
+
+
+def test_the_default_stages_leave_the_a_b_out_without_a_base_tree(tmp_path, monkeypatch):
+    carried = tmp_path / "carried"
+    for name in ("data/penn/train.txt", "awd-lstm-lm/main.py", "mos/main.py"):
+        _write(carried / name, "x")
+    ran = []
+    monkeypatch.setattr(gpu_session, "run_stage", lambda name, *rest: ran.append(name) or {
+        "stage": name, "status": "exit 0", "seconds": 0})
+    argv = ["--out", str(tmp_path / "out"), "--carried", str(carried), "--work",
+            str(tmp_path / "work")]
+    assert gpu_session.main(argv) == 0
+    assert ran == ["info", "mos-profile", "torch", "mos"]
+    _write(carried / "tree-base" / "zoo" / "train.py", "x")
+    ran.clear()
+    assert gpu_session.main(argv + ["--stages", "torch", "torch-base"]) == 0
+    assert ran == ["torch", "torch-base"]
+    known = gpu_session.stages(tmp_path / "work", carried, small=False)
+    assert known["torch-base"][3] == carried / "tree-base"  # run from the base tree
+    assert known["torch-base"][1]["PYTHONPATH"].split(os.pathsep)[0] == str(
+        carried / "tree-base")
+    with pytest.raises(SystemExit):
+        gpu_session.main(argv + ["--stages", "nope"])

@@ -1,7 +1,8 @@
 """bench.training.step_profile: busy and own time of timelines, the lines read from a JAX
 trace (a real one on the CPU, a GPU's layout built by hand), and a whole run at a tiny size:
 tflm on JAX, and salesforce main.py's step where a checkout is found ($AWD_LSTM_LM_CHECKOUT,
-else awd-lstm-lm beside the repository)."""
+else awd-lstm-lm beside the repository); zihangdai/mos main.py's step for the MoS preset
+($MOS_CHECKOUT, else mos beside it), and a MoS preset refusing salesforce's code."""
 
 import json
 import os
@@ -15,6 +16,11 @@ from bench.training import step_profile as sp
 from tests.conftest import REPO
 
 CHECKOUT = pathlib.Path(os.environ.get("AWD_LSTM_LM_CHECKOUT", REPO.parent / "awd-lstm-lm"))
+MOS_CHECKOUT = pathlib.Path(os.environ.get("MOS_CHECKOUT", REPO.parent / "mos"))
+TINY_MOS = ["--preset", "awd_lstm_mos_ptb", "--set", "model.embed_dim=16",
+            "--set", "model.hidden_dim=32", "--set", "model.last_dim=24",
+            "--set", "model.head.num_experts=3", "--vocab", "50", "--steps", "2",
+            "--warmup", "1", "--device", "cpu", "--no-publish"]
 
 
 def test_busy_time_is_the_union_and_own_time_leaves_the_children_out():
@@ -102,3 +108,26 @@ def test_a_tiny_run_profiles_each_system(tmp_path, monkeypatch):
     ours = rows["tflm, jax"]
     assert ours["traces"] == 1 and ours["padded_to"] == 72  # one compile; zoo.train's padding
     assert ours["source"].startswith("CPU") and "/host:CPU" in ours["layout"]
+
+
+@pytest.mark.skipif(not (MOS_CHECKOUT / "main.py").is_file(),
+                    reason="no zihangdai/mos checkout ($MOS_CHECKOUT, or mos beside the repo)")
+def test_the_mos_preset_profiles_zihangdai_mos_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert sp.main(TINY_MOS + ["--backends", "", "--reference", str(MOS_CHECKOUT),
+                               "--out", str(tmp_path)]) == 0
+    [row] = json.loads((tmp_path / "step_profile.json").read_text())["rows"]
+    assert row["system"] == sp.REFERENCES["mos"] == "zihangdai/mos main.py's step"
+    assert (row["batch"], row["bptt"]) == (12, 70)  # the preset's, main.py's flags
+    assert len(row["step_ms"]) == 2 and row["kernels_per_step"] > 0
+    assert 0 < row["busy_ms"] <= row["profiled_mean_ms"]
+
+
+def test_a_mos_preset_with_salesforce_code_fails_its_row_saying_which_code(tmp_path):
+    fake = tmp_path / "awd-lstm-lm"
+    fake.mkdir()
+    (fake / "main.py").write_text("parser.add_argument('--nhid')\n")  # no --n_experts
+    assert sp.main(TINY_MOS + ["--backends", "", "--reference", str(fake),
+                               "--out", str(tmp_path / "out")]) == 1
+    [row] = json.loads((tmp_path / "out" / "step_profile.json").read_text())["rows"]
+    assert "this preset's reference is zihangdai/mos's main.py" in row["error"]
