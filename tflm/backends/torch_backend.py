@@ -4,13 +4,17 @@ import keras
 import torch
 
 from tflm import compat
-from tflm.backends import torch_linear, torch_lstm
+from tflm.backends import torch_linear, torch_lstm, torch_seeds
 from tflm.backends.base import Backend, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 
 
 class TorchBackend(Backend):
     name = "torch"
+
+    def __init__(self):
+        super().__init__()
+        self._seeds = torch_seeds.SeedMirror()
 
     def train_step(self, model, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -41,6 +45,20 @@ class TorchBackend(Backend):
                  for g, v in zip(grads, variables)]
         return (loss.detach(), grads,
                 [(h.detach(), c.detach()) for h, c in new_states])
+
+    def uniform(self, shape, seed):
+        """From a `SeedGenerator`: `keras.random.uniform`'s numbers, bit for bit, with the
+        generator's seed kept on the host (`tflm.backends.torch_seeds`: no device read and
+        no host-to-device copy per mask); the draw on the state's device. Other seeds, a
+        0-d shape, `torch.compile`'s tracing and the meta device: `keras.random.uniform`."""
+        if (not isinstance(seed, keras.random.SeedGenerator) or not len(shape)
+                or torch.compiler.is_compiling() or seed.state.value.is_meta):
+            return super().uniform(shape, seed)
+        device = seed.state.value.device
+        generator = torch.Generator(device=device)
+        generator.manual_seed(self._seeds.next_seed(seed))
+        return torch.rand(tuple(int(n) for n in shape), generator=generator, device=device,
+                          dtype=getattr(torch, keras.config.floatx()))
 
     # One multi-tensor kernel launch per list instead of one or two per gradient: on a GPU
     # the eager step is bound by the host's launches (bench/training/results/gpu_training.md).

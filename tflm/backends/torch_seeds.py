@@ -1,0 +1,65 @@
+"""Dropout seeds on PyTorch without reading the device.
+
+`keras.random.uniform(shape, seed=generator)` on PyTorch turns the `SeedGenerator`'s state
+`(a, b)` into a `torch.Generator` seed, `int(a + b) & 0xFFFFFFFF`, and advances the state by
+`(0, 1)` (Keras 3.15, `keras/src/backend/torch/random.py`). Where the state lives on a GPU,
+`int(...)` copies it back to the host and the `(0, 1)` increment is copied from a NumPy
+array to the device: two stream synchronisations per mask, eight a step for an AWD-LSTM
+(embedding, input, hidden and output dropouts, three DropConnect masks). Each stops the host
+from queueing the step's later kernels while the GPU works.
+
+`SeedMirror` keeps a host copy of each generator's state, read once from the device and
+then advanced on the host beside the device's own update (`state + (0, 1)`, with an
+increment kept on the device). The copy is used only while the device state is the one it
+was taken from: the same tensor, at the in-place version counter (`compat.torch_tensor_version`)
+of the mirror's own update. Anything else that writes the state (loading weights,
+`assign`, a `keras.StatelessScope`'s value) changes that counter or the tensor, and the next
+draw reads the device again. The seeds, the state's updates and so the masks are Keras'
+own, bit for bit.
+"""
+
+import weakref
+
+import torch
+
+from tflm import compat
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _int32(value):
+    """`value` wrapped to a signed 32-bit integer, as int32 addition on the device wraps."""
+    return (value + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+class SeedMirror:
+    """Host copies of `SeedGenerator` states (see the module docstring)."""
+
+    def __init__(self):
+        # generator -> (state tensor, its version after our update, (a, b) it now holds)
+        self._states = weakref.WeakKeyDictionary()
+        self._increments = {}  # device -> int32 tensor (0, 1)
+
+    def next_seed(self, generator):
+        """The `torch.Generator` seed of `generator`'s next draw, `(a + b) & 0xFFFFFFFF`;
+        advances its state by `(0, 1)` as `SeedGenerator.next` does."""
+        state = generator.state
+        tensor = state.value
+        known = self._states.get(generator)
+        if (known is not None and known[0] is tensor
+                and known[1] == compat.torch_tensor_version(tensor)):
+            first, second = known[2]
+        else:
+            first, second = tensor.tolist()  # written elsewhere since: read it once
+        state.assign(tensor + self._increment(tensor))
+        after = state.value
+        self._states[generator] = (after, compat.torch_tensor_version(after),
+                                   (first, _int32(second + 1)))
+        return (first + second) & _MASK32
+
+    def _increment(self, like):
+        """`(0, 1)` in `like`'s dtype on its device, made once per device and dtype."""
+        key = (like.device, like.dtype)
+        if key not in self._increments:
+            self._increments[key] = torch.tensor([0, 1], dtype=like.dtype, device=like.device)
+        return self._increments[key]
