@@ -259,9 +259,9 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         nll_sum = ops.sum(nll * weights)
         tokens = ops.sum(weights)
         if self.loss_reduction == "sum_over_time":  # sum_t mean_b: per stream, not per token
-            loss = nll_sum / ops.cast(ops.shape(nll)[0], "float32")
+            loss = nll_sum / _as_float(ops.shape(nll)[0])
         else:
-            loss = nll_sum / ops.maximum(tokens, 1.0)
+            loss = nll_sum / ops.maximum(tokens, backends.current().constant(1.0, tokens))
         extra = self.losses if extra_losses is None else list(extra_losses)
         if extra:
             loss = loss + ops.sum(ops.stack([ops.cast(l, "float32") for l in extra]))
@@ -288,7 +288,7 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         those scripts states it under "deviations"."""
         if not self.scale_by_window:
             return 1.0
-        real = ops.sum(real_position_weights(x)) / ops.cast(ops.shape(x)[0], "float32")
+        real = ops.sum(real_position_weights(x)) / _as_float(ops.shape(x)[0])
         return real / float(self.bptt)
 
     def update_lm_metrics(self, loss, nll_sum, tokens, grad_norm=None):
@@ -303,7 +303,8 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         for name, variable in self.reported_variables():
             logs[name] = ops.convert_to_tensor(variable)
         if self.log_window_values:
-            logs.update(window_loss=loss, window_nll=nll_sum / ops.maximum(tokens, 1.0),
+            one = backends.current().constant(1.0, tokens)
+            logs.update(window_loss=loss, window_nll=nll_sum / ops.maximum(tokens, one),
                         window_tokens=tokens)
         return backends.current().step_logs(self, logs)
 
@@ -516,6 +517,12 @@ class LanguageModel(TokenWindowBuild, keras.Model):
                       scale_by_window=self.scale_by_window, carry_state=self.carry_state,
                       flooding_level=self.flooding_level, loss_reduction=self.loss_reduction)
         return config
+
+
+def _as_float(size):
+    """A dimension as a divisor: a Python number as it is (dividing by it keeps it on the
+    host), a dynamic size (TensorFlow) cast to float32."""
+    return float(size) if isinstance(size, int) else ops.cast(size, "float32")
 
 
 def _size(variables):

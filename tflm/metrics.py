@@ -3,7 +3,13 @@
 import keras
 from keras import ops
 
+from tflm import backends
 from tflm.losses import token_nll
+
+
+def _at_least_one(count):
+    """max(count, 1): a pass without tokens divides by one."""
+    return ops.maximum(count, backends.current().constant(1.0, count))
 
 
 @keras.saving.register_keras_serializable(package="tflm")
@@ -38,7 +44,7 @@ class Perplexity(keras.metrics.Metric):
         self.total_tokens.assign_add(ops.cast(token_count, "float64"))
 
     def result(self):
-        mean = self.total_nll / ops.maximum(self.total_tokens, 1.0)
+        mean = self.total_nll / _at_least_one(self.total_tokens)
         return ops.cast(ops.exp(mean), "float32")
 
     def reset_state(self):
@@ -54,4 +60,4 @@ class TokenMeanNLL(Perplexity):
         super().__init__(name=name, **kwargs)
 
     def result(self):
-        return ops.cast(self.total_nll / ops.maximum(self.total_tokens, 1.0), "float32")
+        return ops.cast(self.total_nll / _at_least_one(self.total_tokens), "float32")

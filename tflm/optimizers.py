@@ -299,7 +299,7 @@ class AveragedSGD(SGD):
 
     def _averaging_active(self):
         start = ops.convert_to_tensor(self._averaging_start)
-        return ops.logical_and(ops.greater_equal(start, 0),
+        return ops.logical_and(ops.greater_equal(start, backends.current().constant(0, start)),
                                ops.greater_equal(ops.convert_to_tensor(self.iterations), start))
 
     def update_step(self, gradient, variable, learning_rate):
@@ -345,8 +345,9 @@ class AveragedSGD(SGD):
         step k >= 2 by T(k-1) / bptt. Called by the train step with T(k) / bptt (before
         `apply`); returns the factor to use and remembers T(k) / bptt."""
         scale = ops.cast(window_scale, "float32")
+        count = ops.convert_to_tensor(self._average_count)
         lag = ops.logical_and(self._averaging_active(), ops.greater_equal(
-            ops.convert_to_tensor(self._average_count), 1))
+            count, backends.current().constant(1, count)))
         out = ops.where(lag, ops.convert_to_tensor(self._previous_window_scale), scale)
         self._previous_window_scale.assign(scale)
         return out

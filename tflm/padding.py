@@ -48,7 +48,7 @@ def padding_mask(tokens):
 
     Traced tokens (a TensorFlow graph, JAX under `jit`) get a mask, the values being
     unknown when the program is built, unless inside `promised_unpadded`."""
-    mask = ops.not_equal(tokens, PAD_ID)
+    mask = ops.not_equal(tokens, backends.current().constant(PAD_ID, tokens))
     if backends.current().is_concrete(tokens):
         return None if bool(ops.convert_to_numpy(ops.all(mask))) else mask
     check = getattr(_PROMISE, "check", None)
@@ -65,7 +65,8 @@ def without_padding(tokens):
 
 def real_position_weights(tokens):
     """float32 `(batch, time)`: 1 at real positions, 0 at padding."""
-    return ops.cast(ops.not_equal(tokens, PAD_ID), "float32")
+    return ops.cast(ops.not_equal(tokens, backends.current().constant(PAD_ID, tokens)),
+                    "float32")
 
 
 def masked_mean(values, mask):
@@ -78,6 +79,8 @@ def masked_mean(values, mask):
         count = 1
         for size in ops.shape(values):  # ints, or dynamic sizes on TensorFlow
             count = count * size
+        if isinstance(count, int):  # a Python number divides without becoming a tensor
+            return ops.sum(values) / float(max(count, 1))
         return ops.sum(values) / ops.maximum(ops.cast(count, "float32"), 1.0)
     weights = ops.cast(mask, "float32")
     per_position = 1
@@ -86,4 +89,5 @@ def masked_mean(values, mask):
     for _ in range(len(values.shape) - 2):
         weights = ops.expand_dims(weights, -1)
     total = ops.sum(values * weights)
-    return total / ops.maximum(ops.sum(weights) * float(per_position), 1.0)
+    counted = ops.sum(weights) * float(per_position)
+    return total / ops.maximum(counted, backends.current().constant(1.0, counted))

@@ -35,6 +35,8 @@ everything that differs between Keras backends:
     global_batch_block()           which block of the global batch this replica holds
     uniform(shape, seed)           float32 uniforms in [0, 1) from a SeedGenerator: the
                                    dropout masks' draws
+    constant(value, like)          a Python number as a 0-d tensor beside `like`, for an op
+                                   with it (PyTorch: made once, not copied at every step)
     fused_lstm(...)                the fused LSTM kernel, or NotImplementedError
     window_gradients(model, x, y, states)
                                    mean NLL of one window and its gradient, evaluation mode
@@ -216,6 +218,12 @@ class Backend:
         (`seed`: a `keras.random.SeedGenerator`, whose state advances, or anything
         `keras.random` takes). The dropout layers draw their masks here."""
         return keras.random.uniform(shape, seed=seed)
+
+    def constant(self, value, like):
+        """The Python number `value` as a 0-d tensor of `like`'s dtype, for an op with the
+        tensor or variable `like`: `ops.cast(value, dtype)`, what `keras.ops` makes of a
+        number there. (Where `value` is already a tensor: cast to that dtype.)"""
+        return ops.cast(value, keras.backend.standardize_dtype(like.dtype))
 
     def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
                    return_sequences, go_backwards, unroll):

@@ -49,7 +49,7 @@ def clip_and_scale(backend, grads, clip_norm, scale, variables=None, weight_deca
     norm = backend.global_norm([g for g in grads if g is not None])
     factor = scale
     if clip_norm is not None and clip_norm > 0:
-        factor = ops.minimum(1.0, clip_norm / (norm + 1e-6)) * scale
+        factor = ops.minimum(backend.constant(1.0, norm), clip_norm / (norm + 1e-6)) * scale
     decay = weight_decay * scale if weight_decay else None
     return backend.scale_and_decay(grads, factor, decay, variables), norm
 

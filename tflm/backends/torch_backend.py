@@ -15,6 +15,7 @@ class TorchBackend(Backend):
     def __init__(self):
         super().__init__()
         self._seeds = torch_seeds.SeedMirror()
+        self._constants = {}  # (type, value, dtype, device) -> 0-d tensor
 
     def train_step(self, model, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -59,6 +60,21 @@ class TorchBackend(Backend):
         generator.manual_seed(self._seeds.next_seed(seed))
         return torch.rand(tuple(int(n) for n in shape), generator=generator, device=device,
                           dtype=getattr(torch, keras.config.floatx()))
+
+    def constant(self, value, like):
+        """Made once per value, dtype and device, then reused: Keras' PyTorch ops turn a
+        Python number into a tensor on the device at every call (`torch.as_tensor`, a copy
+        from the host that waits for the GPU's queue), a dozen times in an AWD-LSTM step.
+        The same tensor `Backend.constant` makes, bit for bit."""
+        if not isinstance(value, (bool, int, float)):
+            return super().constant(value, like)
+        like = keras.ops.convert_to_tensor(like)  # a Keras variable's tensor
+        key = (type(value), value, like.dtype, like.device)
+        made = self._constants.get(key)
+        if made is None:
+            made = super().constant(value, like).to(like.device)
+            self._constants[key] = made
+        return made
 
     # One multi-tensor kernel launch per list instead of one or two per gradient: on a GPU
     # the eager step is bound by the host's launches (bench/training/results/gpu_training.md).

@@ -78,7 +78,7 @@ class _StreamMaskDropout(keras.layers.Layer):
         keep = 1.0 - self.rate
         mask_shape = self.mask_shape(tuple(ops.shape(x)))
         mask = ops.cast(per_stream_uniform(mask_shape, self.seed_generator) < keep,
-                        x.dtype) / ops.cast(keep, x.dtype)
+                        x.dtype) / backends.current().constant(keep, x)
         return x * mask
 
     def compute_output_shape(self, input_shape):

@@ -1,7 +1,7 @@
 """PyTorch's dropout draws (`TorchBackend.uniform`, `tflm.backends.torch_seeds`): Keras'
 numbers and seed states bit for bit, the device state read only when something else wrote
-it (weights loaded, `assign`, a stateless scope), and an AWD-LSTM train step that reads
-nothing back from the device."""
+it (weights loaded, `assign`, a stateless scope). The train step they are part of:
+tests/tflm/backends/test_torch_host_syncs.py."""
 
 import json
 
@@ -29,13 +29,14 @@ class Count(TorchDispatchMode):
 """
 
 
-def _run(code):
+def run_counted(code):
+    """`code` under PyTorch with `Count` defined; the JSON it prints after RESULT."""
     out = run_in_backend("torch", _COUNT + code)
     return json.loads(out.split("RESULT", 1)[1])
 
 
 def test_draws_equal_keras_and_read_the_device_only_after_an_outside_write():
-    out = _run("""
+    out = run_counted("""
 import json
 import keras, numpy as np
 from tflm import backends
@@ -88,47 +89,3 @@ print("RESULT" + json.dumps({
     assert out["edge"] == [2**31 - 1, -2**31 + 1]  # b wrapped as int32 addition does
     assert out["scoped_same"] and out["scoped_state"] == [5, 1]
     assert out["unchanged"] and out["after_scope"]
-
-
-def test_an_awd_lstm_train_step_draws_its_masks_without_syncing_and_trains_as_keras():
-    """A train step of the preset's model (embedding, input, hidden and output dropouts,
-    three DropConnect masks), once through `TorchBackend.uniform` and once through
-    `keras.random.uniform` (the base `Backend.uniform`): the same weights after two steps,
-    bit for bit; Keras' draws read 8 scalars back and make 8 tensors of host data a step
-    (on a GPU, each a wait for the queued kernels), ours none of either."""
-    out = _run("""
-import json
-import numpy as np, keras
-from tflm.backends.base import Backend
-from tflm.backends.torch_backend import TorchBackend
-from zoo.runs.builders import build_model, make_optimizer
-from zoo.runs.config import load_preset
-from zoo.runs.settings import RunSettings
-
-def two_steps():
-    cfg = load_preset("awd_lstm_ptb")
-    cfg["model"].update(embed_dim=6, hidden_dim=8)
-    settings = RunSettings.from_config(cfg)
-    keras.utils.set_random_seed(3)
-    model = build_model(settings, 30)
-    model.compile(optimizer=make_optimizer(settings.training))
-    model.build((None, None))
-    x = np.random.default_rng(0).integers(0, 30, (4, 9))
-    batch = (keras.ops.convert_to_tensor(x[:, :-1]), keras.ops.convert_to_tensor(x[:, 1:]))
-    model.train_step(batch)
-    counter = Count()
-    with counter:
-        model.train_step(batch)
-    return counter.ops, [w.tolist() for w in model.get_weights()]
-
-ours, ours_weights = two_steps()
-TorchBackend.uniform = Backend.uniform
-keras_ops, keras_weights = two_steps()
-print("RESULT" + json.dumps({"same": ours_weights == keras_weights,
-                             "ours": dict(ours), "keras": dict(keras_ops)}))
-""")
-    ours, theirs = out["ours"], out["keras"]
-    assert out["same"]
-    assert ours["rand"] == theirs["rand"] == 8  # the eight masks, drawn in the counted step
-    assert theirs["_local_scalar_dense"] == 8 and ours.get("_local_scalar_dense", 0) == 0
-    assert ours["lift_fresh"] == theirs["lift_fresh"] - 8
