@@ -26,6 +26,10 @@ or runs out of time is reported as such and the next one starts. By default
    the stricter comparison: the collections are no arithmetic): training words/s once warm
    (the steps after the first) and the GPU allocators' peaks. (The 60,000 words of the
    session of 2026-11-28 gave 72 warm steps, too few: seeds 37,259 / 47,859 words/s.)
+5. `torch-train`: `reference_curves` for `awd_lstm_ptb` with Keras on PyTorch, one epoch on
+   the first 200,000 words of PTB (seeds 141 and 142) against salesforce's main.py:
+   `zoo.train`'s own loop (its batch hooks on Keras' worker thread, no wait at a step's
+   end), training words/s once warm and the allocators' peaks.
 
 Also known, by name with `--stages`: `curves` (`reference_curves` for `awd_lstm_ptb` at its
 own size on the full PTB against salesforce's main.py, 3 epochs, seeds 141 and 142: curves,
@@ -79,6 +83,8 @@ def stages(work, carried, small):
                if small else [])
     cut_mos = ["--train-tokens", "6000" if small else "150000", "--valid-tokens",
                "1500" if small else "8000", "--log-interval", "2" if small else "20"]
+    cut_torch = ["--train-tokens", "6000" if small else "200000", "--valid-tokens",
+                 "1500" if small else "8000", "--log-interval", "2" if small else "10"]
     mos_tiny = (["--set", "model.last_dim=48", "--set", "model.head.num_experts=3"]
                 if small else [])
     jax = {"KERAS_BACKEND": "jax"}
@@ -100,6 +106,12 @@ def stages(work, carried, small):
         "torch-base": (90, base_env, [
             *profile, "--preset", "awd_lstm_ptb", "--backends", "torch",
             "--out", str(work / "torch-base"), *tiny], base),
+        "torch-train": (150, {"KERAS_BACKEND": "torch"}, [
+            py, "-m", "bench.reproductions.reference_curves", "--reference", str(salesforce),
+            "--preset", "awd_lstm_ptb", "--epochs", "1", "--seeds", "141", "142",
+            "--device", device, "--data-dir", str(data), "--work", str(work / "torch-train"),
+            "--results", str(work / "torch-train" / "reference_curves_torch_gpu.md"),
+            *cut_torch, *tiny], REPO),
         "mos": (200, jax, [
             py, "-m", "bench.reproductions.reference_curves", "--reference", str(mos),
             "--preset", "awd_lstm_mos_ptb", "--epochs", "1", "--seeds", "141", "142",
@@ -122,9 +134,10 @@ def stages(work, carried, small):
 
 # What the next lent GPU measures first (issue 41): the MoS step against zihangdai/mos's,
 # Keras on PyTorch at the AWD-LSTM preset's size against main.py's step (and against the
-# base tree's, where one is carried: the A/B of a change), then a longer warm MoS run.
+# base tree's, where one is carried: the A/B of a change), a longer warm MoS run, then
+# Keras on PyTorch in `zoo.train`'s own loop.
 # `curves` and the `pad-*` stages ran in the sessions of 2026-11-28 (results/gpu_session.md).
-DEFAULT_STAGES = ("info", "mos-profile", "torch", "torch-base", "mos")
+DEFAULT_STAGES = ("info", "mos-profile", "torch", "torch-base", "mos", "torch-train")
 
 
 INFO = """
@@ -217,9 +230,10 @@ def warm_words_per_second(metrics):
     return tokens * (steps - 1) / steps / (logs["train_seconds"] - logs["first_step_seconds"])
 
 
-def _mos_reference(folder):
-    """zihangdai/mos main.py's words/s (`reference_words_per_second`) and peak MiB from the
-    first reference run's output under `folder`, or (None, None)."""
+def _reference_run(folder):
+    """The reference main.py's words/s (`reference_words_per_second`) and peak MiB from the
+    first reference run's output under `folder` (a `reference_curves` work folder), or
+    (None, None)."""
     from bench.reproductions.reference_curves import (  # deferred: Keras
         reference_timing, reference_words_per_second)
     for stdout in sorted(folder.glob("reference-*/stdout.txt")):
@@ -257,7 +271,7 @@ def report(folder):
              f"{cold['wall_seconds']:.1f} s (seed 141; seed 142, compiles cached: "
              f"{t['keras-142']['wall_seconds']:.1f} s) / {ref_wall:.1f} s = "
              f"{cold['wall_seconds'] / ref_wall:.2f}x", cold["wall_seconds"] < ref_wall)]
-    mos_words, mos_peak = _mos_reference(folder / "mos")
+    mos_words, mos_peak = _reference_run(folder / "mos")
     mos_runs = [m for m in (_json(folder / "mos" / f"tflm-{seed}" / "metrics.json")
                             for seed in (141, 142)) if m]
     mos_gc = ((_json(folder / "mos" / "reference_curves_mos_gpu.json") or {})
@@ -281,6 +295,7 @@ def report(folder):
             rows.append((label, f"main.py {mos_words:,.0f} words/s, peak {mos_peak} MiB"
                          f"{first}; tflm once warm: not measured", None))
     rows += _torch_rows(folder)
+    rows += _torch_training_rows(folder / "torch-train")
     torch = _json(folder / "torch" / "results.json")  # the first session's stage
     if torch and ref_words:
         row = torch["backends"][0]
@@ -335,6 +350,23 @@ def report(folder):
                       f"{_mib(r.get('peak_memory_mib'))} |"
                       for r in profile["rows"] if "wall_ms" in r and r.get("busy_ms")]
     return "\n".join(lines) + "\n"
+
+
+def _torch_training_rows(folder):
+    """Keras on PyTorch in `zoo.train` against main.py, one epoch on the same words (the
+    `torch-train` stage): training words/s once warm and the GPU allocators' peaks."""
+    theirs, their_peak = _reference_run(folder)
+    runs = [m for m in (_json(folder / f"tflm-{seed}" / "metrics.json")
+                        for seed in (141, 142)) if m]
+    warm = [w for w in map(warm_words_per_second, runs) if w]
+    if not (theirs and warm):
+        return []
+    ours = statistics.mean(warm)
+    peak = max(m.get("device_memory_mib") or 0 for m in runs)
+    return [("Keras on PyTorch >= 1.0x main.py: `zoo.train`, one epoch (training words/s "
+             "once warm)", f"{ours:,.0f} (mean of {len(warm)} seed(s)) / {theirs:,.0f} = "
+             f"{ours / theirs:.2f}x; peak {_mib(peak)} / {_mib(their_peak)} MiB",
+             ours >= theirs)]
 
 
 def _profiled(folder, stage, system):

@@ -118,6 +118,22 @@ def test_the_torch_stages_give_the_target_and_the_a_b(tmp_path):
     assert "20.00 / 30.00 ms a step = 1.50x the speed; GPU idle 25% / 50% | - |" in rows[
         "Keras on PyTorch, this tree against the base tree (an A/B)"]
     assert "the MoS preset (`mos-profile`" in text
+    assert "Keras on PyTorch >= 1.0x main.py: `zoo.train`" not in text  # no such stage here
+    # 10 steps of 1,000 tokens, 1.8 s after the first: 9,000 / 1.8 = 5,000 words/s once warm
+    _write(tmp_path / "torch-train" / "tflm-141" / "metrics.json",
+           {"history": [{"words_per_second": 4000.0, "train_seconds": 2.5,
+                         "first_step_seconds": 0.7, "train_steps": 10,
+                         "train_step_traces": 1}], "device_memory_mib": 900.0})
+    _write(tmp_path / "torch-train" / "reference-141" / "stdout.txt",
+           "| epoch   1 |    10/   71 batches | lr 30.00 | ms/batch 250.00 | loss  7.83 |\n"
+           "| end of epoch   1 | time: 12.00s | valid loss  5.70 | valid ppl   298.87 |\n"
+           "reference_launcher: train windows 10, target positions 10000, peak CUDA "
+           "allocator MiB 700.0\n")
+    rows = {line.split(" | ")[0].lstrip("| "): line
+            for line in gpu_session.report(tmp_path).splitlines() if line.startswith("| ")}
+    # main.py: 1,000 targets a window / 250 ms = 4,000 words/s
+    assert "5,000 (mean of 1 seed(s)) / 4,000 = 1.25x; peak 900 / 700 MiB | met" in rows[
+        "Keras on PyTorch >= 1.0x main.py: `zoo.train`, one epoch (training words/s once warm)"]
     assert "| zihangdai/mos main.py's step | 20.00 | 18.00 | 10% | 800 | 900 |" in text
 
 
@@ -131,7 +147,7 @@ def test_the_default_stages_leave_the_a_b_out_without_a_base_tree(tmp_path, monk
     argv = ["--out", str(tmp_path / "out"), "--carried", str(carried), "--work",
             str(tmp_path / "work")]
     assert gpu_session.main(argv) == 0
-    assert ran == ["info", "mos-profile", "torch", "mos"]
+    assert ran == ["info", "mos-profile", "torch", "mos", "torch-train"]
     _write(carried / "tree-base" / "zoo" / "train.py", "x")
     ran.clear()
     assert gpu_session.main(argv + ["--stages", "torch", "torch-base"]) == 0
