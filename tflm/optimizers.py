@@ -287,7 +287,7 @@ class AveragedSGD(SGD):
             aggregation="only_first_replica")
         self._averages = []
         self._average_loaded = False
-        self._averaging_known_off = False
+        self._averaging_known = None  # eager steps: whether this one is averaged
         self._deferred_averages = None
 
     # ---- graph-side state --------------------------------------------------------------
@@ -305,13 +305,16 @@ class AveragedSGD(SGD):
     def update_step(self, gradient, variable, learning_rate):
         self._sgd_step(gradient, variable, learning_rate)
         average = self._averages[compat.optimizer_variable_index(self, variable)]
-        if average is None or self._averaging_known_off:
+        if average is None or self._averaging_known is False:
             return
         if self._deferred_averages is not None:  # averaged in `apply`, all under one cond
             self._deferred_averages.append((variable, average))
             return
         k = ops.convert_to_tensor(self._average_count)  # averaged steps before this one
         old = ops.convert_to_tensor(average)
+        if self._averaging_known:  # an eager step known to be averaged: no `cond` to read
+            self.assign(average, _blend(variable, old, k))
+            return
         # A traced step (TensorFlow graph, JAX) holds both branches but runs one: before
         # averaging starts the average is not recomputed (it was, and discarded, in every
         # SGD-phase step: ~5 % of a step of the 200 / 400 x 3 PTB model).
@@ -320,7 +323,8 @@ class AveragedSGD(SGD):
 
     def _steps_are_plain_sgd(self):
         """Only SGD steps this time: an eager step that knows averaging is off."""
-        return (self._averaging_known_off and type(self).update_step is AveragedSGD.update_step
+        return (self._averaging_known is False
+                and type(self).update_step is AveragedSGD.update_step
                 and type(self)._sgd_step is SGD._sgd_step)
 
     def _average_deferred(self, pending, active):
@@ -328,10 +332,10 @@ class AveragedSGD(SGD):
         `active`, where the backend says so (`Backend.averages_under_one_cond`)."""
         k = ops.convert_to_tensor(self._average_count)
         olds = [ops.convert_to_tensor(average) for _, average in pending]
-        new = ops.cond(active,
-                       lambda: [_blend(variable, old, k)
-                                for (variable, _), old in zip(pending, olds)],
-                       lambda: olds)
+        def blended():
+            return [_blend(variable, old, k) for (variable, _), old in zip(pending, olds)]
+
+        new = blended() if self._averaging_known else ops.cond(active, blended, lambda: olds)
         for (_, average), value in zip(pending, new):
             self.assign(average, value)
 
@@ -356,17 +360,26 @@ class AveragedSGD(SGD):
         if len(grads) == 0:
             return
         active = self._averaging_active()  # before `apply` increments the iteration count
+        backend = backends.current()
         # Eager steps (PyTorch, eager TensorFlow) know whether this step is averaged: when it
-        # is not, the averages are left alone entirely, as torch.optim.SGD before the switch.
-        self._averaging_known_off = (backends.current().is_concrete(active)
-                                     and not bool(ops.convert_to_numpy(active)))
-        self._deferred_averages = [] if backends.current().averages_under_one_cond() else None
+        # is not, the averages are left alone entirely, as torch.optim.SGD before the switch;
+        # when it is, each is blended without a `cond` on a device value. The same test as
+        # `active`'s, on the host: PyTorch keeps the two counts there (`Backend.host_scalar`),
+        # so a step reads neither back from the device.
+        iteration = None
+        if backend.is_concrete(active):
+            start = backend.host_scalar(self._averaging_start)
+            iteration = backend.host_scalar(self.iterations)
+            self._averaging_known = start >= 0 and iteration >= start
+        self._deferred_averages = [] if backend.averages_under_one_cond() else None
         try:
             super().apply(grads, trainable_variables)
+            if iteration is not None:  # Keras' apply counted this step: one assign_add(1)
+                backend.host_scalar_written(self.iterations, iteration + 1)
             if self._deferred_averages:
                 self._average_deferred(self._deferred_averages, active)
         finally:
-            self._averaging_known_off = False
+            self._averaging_known = None
             self._deferred_averages = None
         self._average_count.assign_add(ops.cast(active, self._average_count.dtype))
 

@@ -37,6 +37,9 @@ everything that differs between Keras backends:
                                    dropout masks' draws
     constant(value, like)          a Python number as a 0-d tensor beside `like`, for an op
                                    with it (PyTorch: made once, not copied at every step)
+    host_scalar(variable), host_scalar_written(variable, value)
+                                   an integer variable's value on the host (PyTorch: read
+                                   from the device only after an outside write)
     fused_lstm(...)                the fused LSTM kernel, or NotImplementedError
     window_gradients(model, x, y, states)
                                    mean NLL of one window and its gradient, evaluation mode
@@ -224,6 +227,15 @@ class Backend:
         tensor or variable `like`: `ops.cast(value, dtype)`, what `keras.ops` makes of a
         number there. (Where `value` is already a tensor: cast to that dtype.)"""
         return ops.cast(value, keras.backend.standardize_dtype(like.dtype))
+
+    def host_scalar(self, variable):
+        """The integer value of the 0-d `variable`, as a Python int: read from the device
+        (a wait for the work queued before it, on a GPU)."""
+        return int(ops.convert_to_numpy(variable))
+
+    def host_scalar_written(self, variable, value):
+        """Tell `host_scalar` that `variable` now holds `value` (the caller's own update of
+        it, just made): a backend that keeps host copies need not read it back."""
 
     def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
                    return_sequences, go_backwards, unroll):

@@ -4,7 +4,7 @@ import keras
 import torch
 
 from tflm import compat
-from tflm.backends import torch_linear, torch_lstm, torch_seeds
+from tflm.backends import torch_host_copies, torch_linear, torch_lstm
 from tflm.backends.base import Backend, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 
@@ -14,8 +14,9 @@ class TorchBackend(Backend):
 
     def __init__(self):
         super().__init__()
-        self._seeds = torch_seeds.SeedMirror()
+        self._seeds = torch_host_copies.SeedMirror()
         self._constants = {}  # (type, value, dtype, device) -> 0-d tensor
+        self._scalars = torch_host_copies.ScalarMirror()
 
     def train_step(self, model, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -49,7 +50,7 @@ class TorchBackend(Backend):
 
     def uniform(self, shape, seed):
         """From a `SeedGenerator`: `keras.random.uniform`'s numbers, bit for bit, with the
-        generator's seed kept on the host (`tflm.backends.torch_seeds`: no device read and
+        generator's seed kept on the host (`tflm.backends.torch_host_copies`: no device read and
         no host-to-device copy per mask); the draw on the state's device. Other seeds, a
         0-d shape, `torch.compile`'s tracing and the meta device: `keras.random.uniform`."""
         if (not isinstance(seed, keras.random.SeedGenerator) or not len(shape)
@@ -60,6 +61,14 @@ class TorchBackend(Backend):
         generator.manual_seed(self._seeds.next_seed(seed))
         return torch.rand(tuple(int(n) for n in shape), generator=generator, device=device,
                           dtype=getattr(torch, keras.config.floatx()))
+
+    def host_scalar(self, variable):
+        """From a host copy while the variable's tensor is unchanged since it was read or
+        reported (`tflm.backends.torch_host_copies.ScalarMirror`); else read once."""
+        return self._scalars.value(variable)
+
+    def host_scalar_written(self, variable, value):
+        self._scalars.written(variable, value)
 
     def constant(self, value, like):
         """Made once per value, dtype and device, then reused: Keras' PyTorch ops turn a

@@ -88,3 +88,46 @@ print("RESULT" + json.dumps({
     assert out["dtypes"] == ["torch.bfloat16", "torch.float64", "torch.int32",
                              "torch.float32"]
     assert out["tensor"] == 2  # a tensor value: cast, not cached
+
+
+def test_averaged_sgd_steps_read_no_count_back_and_see_an_outside_rewind():
+    """AveragedSGD decides on the host whether a step is averaged (`Backend.host_scalar`):
+    no read a step, before or after averaging starts; an outside write of its iteration
+    count (a rewind) is read, and the rewound step leaves the averages alone."""
+    out = run_counted("""
+import json
+import numpy as np, keras
+from tflm.optimizers import AveragedSGD
+from zoo.runs.builders import build_model
+from zoo.runs.config import load_preset
+from zoo.runs.settings import RunSettings
+
+cfg = load_preset("awd_lstm_ptb")
+cfg["model"].update(embed_dim=6, hidden_dim=8)
+keras.utils.set_random_seed(3)
+model = build_model(RunSettings.from_config(cfg), 30)
+optimizer = AveragedSGD(2.0, start_averaging=2)
+model.compile(optimizer=optimizer)
+model.build((None, None))
+x = np.random.default_rng(0).integers(0, 30, (4, 9))
+batch = (keras.ops.convert_to_tensor(x[:, :-1]), keras.ops.convert_to_tensor(x[:, 1:]))
+model.train_step(batch)  # iteration 0: the host reads both counts once
+reads = []
+for _ in range(4):  # iterations 1 (SGD), 2, 3, 4 (averaged)
+    counter = Count()
+    with counter:
+        model.train_step(batch)
+    reads.append(counter.ops["_local_scalar_dense"])
+count = optimizer.average_count
+averages = [keras.ops.convert_to_numpy(a).copy() for a in optimizer.average_variables
+            if a is not None]
+optimizer.iterations.assign(0)  # rewound: this step is not averaged
+model.train_step(batch)
+after = [keras.ops.convert_to_numpy(a) for a in optimizer.average_variables if a is not None]
+print("RESULT" + json.dumps({
+    "reads": reads, "count": count, "count_after": optimizer.average_count,
+    "averages_kept": all(bool((a == b).all()) for a, b in zip(averages, after))}))
+""")
+    assert out["reads"] == [0, 0, 0, 0]
+    assert out["count"] == 3 and out["count_after"] == 3
+    assert out["averages_kept"]

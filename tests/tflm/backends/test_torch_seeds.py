@@ -1,4 +1,4 @@
-"""PyTorch's dropout draws (`TorchBackend.uniform`, `tflm.backends.torch_seeds`): Keras'
+"""PyTorch's dropout draws (`TorchBackend.uniform`, `tflm.backends.torch_host_copies`): Keras'
 numbers and seed states bit for bit, the device state read only when something else wrote
 it (weights loaded, `assign`, a stateless scope). The train step they are part of:
 tests/tflm/backends/test_torch_host_syncs.py."""

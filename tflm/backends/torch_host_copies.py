@@ -1,4 +1,5 @@
-"""Dropout seeds on PyTorch without reading the device.
+"""Host copies of small device values on PyTorch (dropout seeds, step counts), read from the
+device only after an outside write.
 
 `keras.random.uniform(shape, seed=generator)` on PyTorch turns the `SeedGenerator`'s state
 `(a, b)` into a `torch.Generator` seed, `int(a + b) & 0xFFFFFFFF`, and advances the state by
@@ -16,6 +17,11 @@ of the mirror's own update. Anything else that writes the state (loading weights
 `assign`, a `keras.StatelessScope`'s value) changes that counter or the tensor, and the next
 draw reads the device again. The seeds, the state's updates and so the masks are Keras'
 own, bit for bit.
+
+`ScalarMirror` does the same for an integer variable that host code reads at every step
+(`tflm.optimizers.AveragedSGD`: its iteration count and averaging start, to know whether a
+step is averaged): read once, then kept while the tensor is the one read, at the version
+counter of the last read or of the caller's own reported write.
 """
 
 import weakref
@@ -63,3 +69,39 @@ class SeedMirror:
         if key not in self._increments:
             self._increments[key] = torch.tensor([0, 1], dtype=like.dtype, device=like.device)
         return self._increments[key]
+
+
+class ScalarMirror:
+    """Host copies of 0-d integer variables (see the module docstring). Keyed by the
+    variable's identity (Keras variables are not hashable); an entry goes with its
+    variable."""
+
+    def __init__(self):
+        # id(variable) -> (weakref to it, its tensor, that tensor's version, the value)
+        self._values = {}
+
+    def value(self, variable):
+        """`variable`'s value as a Python int, read from the device only when it was
+        written since the last read or `written` report."""
+        tensor = variable.value
+        known = self._values.get(id(variable))
+        if (known is not None and known[0]() is variable and known[1] is tensor
+                and known[2] == compat.torch_tensor_version(tensor)):
+            return known[3]
+        value = int(tensor.item())
+        self._remember(variable, tensor, value)
+        return value
+
+    def written(self, variable, value):
+        """The caller's own write, just made: `variable` holds `value` now."""
+        self._remember(variable, variable.value, int(value))
+
+    def _remember(self, variable, tensor, value):
+        key, values = id(variable), self._values
+
+        def forget(ref):
+            if values.get(key, (None,))[0] is ref:
+                del values[key]
+
+        values[key] = (weakref.ref(variable, forget), tensor,
+                       compat.torch_tensor_version(tensor), value)
