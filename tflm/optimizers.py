@@ -329,7 +329,8 @@ class AveragedSGD(SGD):
 
     def _average_deferred(self, pending, active):
         """The averages of the variables `update_step` deferred, under one `cond` on
-        `active`, where the backend says so (`Backend.averages_under_one_cond`)."""
+        `active`, where the backend says so (`Backend.averages_under_one_cond`); without the
+        `cond` where an eager step knows it is averaged."""
         k = ops.convert_to_tensor(self._average_count)
         olds = [ops.convert_to_tensor(average) for _, average in pending]
         def blended():
