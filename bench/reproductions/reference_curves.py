@@ -51,6 +51,7 @@ import numpy as np
 
 from bench.harness import REPO, publish, results_path
 from bench.reproductions.parity import figure
+from bench.reproductions.reference_programs import check_checkout, reference_program
 from bench.training.reference_throughput import commit_of
 from tflm.testing.reference_peer import peer_to_keras_names
 
@@ -79,32 +80,6 @@ MOS_TRAINING_FLAGS = {**TRAINING_FLAGS, "batch_size": ("--batch_size", 20)}
 FIXED = {("model", "tie_weights"): True,
          ("training", "eval_batch_size"): 10, ("training", "test_batch_size"): 1,
          ("training", "optimizer"): "asgd", ("training", "switch"): "nonmono"}
-
-
-def head_type(config):
-    head = config["model"].get("head", "softmax")
-    return head if isinstance(head, str) else head.get("type", "softmax")
-
-
-def reference_program(config):
-    """"salesforce" (salesforce/awd-lstm-lm's main.py: the softmax head) or "mos"
-    (zihangdai/mos's main.py: the mixture of softmaxes), else `SystemExit`."""
-    kind = {"softmax": "salesforce", "mos": "mos"}.get(head_type(config))
-    if kind is None:
-        raise SystemExit(f"head {head_type(config)!r}: this tool runs salesforce/awd-lstm-lm's "
-                         "main.py (softmax) or zihangdai/mos's (mos) only")
-    return kind
-
-
-def check_checkout(checkout, program):
-    """`SystemExit` unless `checkout` holds the main.py of `program`."""
-    main = pathlib.Path(checkout) / "main.py"
-    if not main.is_file():
-        raise SystemExit(f"--reference {checkout}: no main.py there")
-    if ("n_experts" in main.read_text(encoding="utf-8")) != (program == "mos"):
-        want = {"salesforce": "salesforce/awd-lstm-lm", "mos": "zihangdai/mos"}[program]
-        raise SystemExit(f"--reference {checkout}: this preset's reference is {want}'s "
-                         "main.py; give a checkout of it")
 
 
 def reference_flags(config, seed, epochs, data, save, cuda, log_interval=200):

@@ -24,7 +24,8 @@ bptt random tokens out of `--vocab` words:
   mixture's log-probabilities as the loss, one small batch of the whole batch (its default
   `--small_batch_size`), its per-small-batch `gc.collect()` left out (as
   `reference_curves --reference-gc off`). `--reference` must hold the preset's program:
-  the other one's checkout fails that row (`reference_curves.check_checkout`).
+  the other one's checkout is refused before anything runs
+  (`bench.reproductions.reference_programs`).
 
 `--warmup` steps, `--steps` timed steps (wall: from one step's end to the next, each ending
 on a synchronised device: a fetch of the step's loss, `torch.cuda.synchronize()`), then
@@ -215,9 +216,9 @@ def tflm_system(args, config, folder):
 
 
 def reference_system(args, config, folder):
-    from bench.reproductions.reference_curves import (check_checkout, reference_constructor,
-                                                      reference_flags, reference_program)
+    from bench.reproductions.reference_curves import reference_constructor, reference_flags
     from bench.reproductions.reference_launcher import use_checkout
+    from bench.reproductions.reference_programs import check_checkout, reference_program
 
     program = reference_program(config)
     check_checkout(args.reference, program)
@@ -424,8 +425,14 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.steps < 1 or args.warmup < 1:
         p.error("--steps and --warmup must be >= 1 (the warm-up compiles)")
-    if args.reference and not (pathlib.Path(args.reference) / "main.py").is_file():
-        p.error(f"--reference {args.reference}: no main.py there")
+    if args.reference and not args.child:
+        from bench.reproductions.reference_programs import check_checkout, reference_program
+        from zoo.runs.config import resolve_config
+        try:  # the preset's program: salesforce's main.py, or zihangdai/mos's for MoS
+            check_checkout(args.reference, reference_program(
+                resolve_config(args.preset, list(args.set))))
+        except SystemExit as refused:
+            p.error(str(refused))
     if "tensorflow" in args.backends.split(","):
         p.error("--backends: jax or torch (no profile is read for TensorFlow)")
     if args.child:

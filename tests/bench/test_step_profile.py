@@ -2,7 +2,8 @@
 trace (a real one on the CPU, a GPU's layout built by hand), and a whole run at a tiny size:
 tflm on JAX, and salesforce main.py's step where a checkout is found ($AWD_LSTM_LM_CHECKOUT,
 else awd-lstm-lm beside the repository); zihangdai/mos main.py's step for the MoS preset
-($MOS_CHECKOUT, else mos beside it), and a MoS preset refusing salesforce's code."""
+($MOS_CHECKOUT, else mos beside it), and a MoS preset refusing salesforce's code before
+anything runs."""
 
 import json
 import os
@@ -123,11 +124,13 @@ def test_the_mos_preset_profiles_zihangdai_mos_step(tmp_path, monkeypatch):
     assert 0 < row["busy_ms"] <= row["profiled_mean_ms"]
 
 
-def test_a_mos_preset_with_salesforce_code_fails_its_row_saying_which_code(tmp_path):
+def test_a_mos_preset_with_salesforce_code_is_refused_saying_which_code(tmp_path, capsys):
     fake = tmp_path / "awd-lstm-lm"
     fake.mkdir()
     (fake / "main.py").write_text("parser.add_argument('--nhid')\n")  # no --n_experts
-    assert sp.main(TINY_MOS + ["--backends", "", "--reference", str(fake),
-                               "--out", str(tmp_path / "out")]) == 1
-    [row] = json.loads((tmp_path / "out" / "step_profile.json").read_text())["rows"]
-    assert "this preset's reference is zihangdai/mos's main.py" in row["error"]
+    with pytest.raises(SystemExit) as refused:
+        sp.main(TINY_MOS + ["--backends", "", "--reference", str(fake),
+                            "--out", str(tmp_path / "out")])
+    assert refused.value.code == 2
+    assert "this preset's reference is zihangdai/mos's main.py" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing ran
