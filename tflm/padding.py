@@ -48,8 +48,9 @@ def padding_mask(tokens):
 
     Traced tokens (a TensorFlow graph, JAX under `jit`) get a mask, the values being
     unknown when the program is built, unless inside `promised_unpadded`."""
-    mask = ops.not_equal(tokens, backends.current().constant(PAD_ID, tokens))
-    if backends.current().is_concrete(tokens):
+    backend = backends.current()
+    mask = ops.not_equal(tokens, backend.constant(PAD_ID, tokens))
+    if backend.is_concrete(tokens):
         return None if bool(ops.convert_to_numpy(ops.all(mask))) else mask
     check = getattr(_PROMISE, "check", None)
     if check is not None:

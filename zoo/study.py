@@ -23,9 +23,9 @@ embedding spectra, word-similarity bars and win counts; each trial's figures in 
 `measures.json`) and Tune's records under `engine/`. A searched arm (`zoo.studies`:
 `"search"`) first trains its search in `searches/ARM/` (zoo.search's folder: trial_XXX,
 summary.md, chosen.json); its trials then train the draw of lowest validation perplexity,
-and results.md sets that draw beside the paper's. `--scale smoke` runs the study's tiny version (small sizes,
-two seeds, one epoch) in minutes on a CPU: the check that a study runs before it is given a
-cluster.
+and results.md sets that draw beside the paper's. `--scale smoke` runs the study's tiny
+version (small sizes, two seeds, one epoch) in minutes on a CPU: the check that a study runs
+before it is given a cluster.
 
 Exit codes: 0; 1 if a trial failed after its retries (the table shows what finished); 2 for
 a bad command (unknown study, a field a preset does not have, Ray not installed), one line

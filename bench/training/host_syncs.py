@@ -20,7 +20,7 @@ callbacks' batch hooks there: a wait there does not hold up the next step's disp
 step, by call site (the innermost frames of tflm, zoo and Keras). The model is the one
 `python -m zoo.train` builds for the preset (`zoo.runs.builders`), compiled with its
 optimizer and trained by `model.fit` on in-memory windows of bptt random tokens
-(`tools.frameworks.keras_runner.Windows`), so the fit loop's own work (the batch, the
+(`tools.frameworks.keras_runner.PresetFit`), so the fit loop's own work (the batch, the
 metrics) is counted too. `--base PATH` also counts another checkout of tflm (a `git
 archive` of an older commit: its `tflm` and `zoo`, with this tree's `tools`), for an A/B in
 one table. Each tree runs in a fresh process. Writes results/host_syncs.md unless
@@ -29,7 +29,6 @@ one table. Each tree runs in a fresh process. Writes results/host_syncs.md unles
 
 import argparse
 import collections
-import dataclasses
 import json
 import os
 import pathlib
@@ -39,8 +38,6 @@ import sys
 import tempfile
 import threading
 import traceback
-
-import numpy as np
 
 from bench.harness import REPO, publish, results_path
 
@@ -112,29 +109,14 @@ def measure(args):
     os.environ["KERAS_BACKEND"] = "torch"
     import keras  # deferred: after the backend and the tree are chosen
 
-    from tools.frameworks.keras_runner import Windows
-    from zoo.runs.builders import build_model, make_optimizer, set_window_shapes
+    from tools.frameworks.keras_runner import PresetFit
     from zoo.runs.config import resolve_config
     from zoo.runs.settings import RunSettings
 
     if keras.backend.backend() != "torch":
         raise SystemExit("Keras was imported on another backend before this script")
-    settings = RunSettings.from_config(resolve_config(args.preset, list(args.set)))
-    training = dataclasses.replace(settings.training, fixed_windows=True)
-    model = build_model(settings, args.vocab)
-    model.compile(optimizer=make_optimizer(training))
-    model.build((None, None))
-    set_window_shapes(model, training, 1)
-    batch, bptt = training.batch_size, training.bptt
-    streams = np.random.default_rng(0).integers(
-        0, args.vocab, (batch, (args.steps + 1) * bptt + 1), dtype=np.int32)
-    windows, done = Windows(streams, bptt, {"train": False}), [0]
-
-    def run(n):
-        part = windows.subset(range(done[0], done[0] + n))
-        done[0] += n
-        model.fit(part.dataset("torch", 1), epochs=1, verbose=0)
-
+    run = PresetFit(RunSettings.from_config(resolve_config(args.preset, list(args.set))),
+                    args.vocab, args.steps + 1)
     run(1)
     import tflm  # deferred: the tree's, after sys.path was set
     return count(run, args.steps), pathlib.Path(tflm.__file__).parents[1]

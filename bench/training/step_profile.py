@@ -13,7 +13,7 @@ bptt random tokens out of `--vocab` words:
   `python -m zoo.train` builds (`zoo.runs.builders`), compiled with its optimizer, with its
   window shapes for `training.fixed_windows` (JAX pads a window to a multiple of 4), trained
   by `model.fit` (`LanguageModel.train_step`) on in-memory windows
-  (`tools.frameworks.keras_runner.Windows`);
+  (`tools.frameworks.keras_runner.PresetFit`);
 - salesforce main.py's step (with `--reference`): its `RNNModel` at the preset's sizes
   (`reference_curves.reference_constructor`), its `SplitCrossEntropyLoss` and the lines of
   its train() loop (repackage_hidden, forward with return_h, the split loss, AR, TAR,
@@ -56,7 +56,6 @@ results/step_profile.md (unless `--no-publish`) and OUT/step_profile.json with e
 
 import argparse
 import collections
-import dataclasses
 import json
 import os
 import pathlib
@@ -167,24 +166,15 @@ def tflm_system(args, config, folder):
     xla_flags.fast_cpu_compiles()  # as zoo.train, before the framework starts
     # deferred: Keras after the process set-up above
     import keras
-    from tools.frameworks.keras_runner import Windows
+    from tools.frameworks.keras_runner import PresetFit
     from tools.frameworks.measure import add_memory, keras_device
-    from zoo.runs.builders import build_model, make_optimizer, pad_to_multiple, set_window_shapes
     from zoo.runs.settings import RunSettings
 
     backend = keras.backend.backend()
     on_gpu, device = keras_device(backend, args.device)
-    settings = RunSettings.from_config(config)
-    training = dataclasses.replace(settings.training, fixed_windows=True)
-    model = build_model(settings, args.vocab)
-    model.compile(optimizer=make_optimizer(training))
-    model.build((None, None))
-    pad = pad_to_multiple(training)
-    set_window_shapes(model, training, pad)
-    batch, bptt = training.batch_size, training.bptt
-    streams = np.random.default_rng(0).integers(
-        0, args.vocab, (batch, (args.warmup + 2 * args.steps) * bptt + 1), dtype=np.int32)
-    windows, done = Windows(streams, bptt, {"train": False}), [0]
+    fit = PresetFit(RunSettings.from_config(config), args.vocab, args.warmup + 2 * args.steps)
+    model, pad = fit.model, fit.pad
+    batch, bptt = fit.training.batch_size, fit.training.bptt
 
     class StepWall(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
@@ -198,10 +188,8 @@ def tflm_system(args, config, folder):
             self.last = now
 
     def run(n):
-        part = windows.subset(range(done[0], done[0] + n))
-        done[0] += n
         timer = StepWall()
-        model.fit(part.dataset(backend, pad), epochs=1, verbose=0, callbacks=[timer])
+        fit(n, [timer])
         return timer.times
 
     if backend == "jax":
@@ -218,10 +206,9 @@ def tflm_system(args, config, folder):
 def reference_system(args, config, folder):
     from bench.reproductions.reference_curves import reference_constructor, reference_flags
     from bench.reproductions.reference_launcher import use_checkout
-    from bench.reproductions.reference_programs import check_checkout, reference_program
+    from bench.reproductions.reference_programs import reference_program
 
-    program = reference_program(config)
-    check_checkout(args.reference, program)
+    program = reference_program(config)  # its checkout checked by `main` before the run
     use_checkout(args.reference)
     # deferred: the checkout's modules, after its shims
     import torch

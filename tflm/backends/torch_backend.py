@@ -14,9 +14,8 @@ class TorchBackend(Backend):
 
     def __init__(self):
         super().__init__()
-        self._seeds = torch_host_copies.SeedMirror()
+        self._host = torch_host_copies.HostCopies()
         self._constants = {}  # (type, value, dtype, device) -> 0-d tensor
-        self._scalars = torch_host_copies.ScalarMirror()
 
     def train_step(self, model, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -58,17 +57,17 @@ class TorchBackend(Backend):
             return super().uniform(shape, seed)
         device = seed.state.value.device
         generator = torch.Generator(device=device)
-        generator.manual_seed(self._seeds.next_seed(seed))
+        generator.manual_seed(self._host.next_seed(seed))
         return torch.rand(tuple(int(n) for n in shape), generator=generator, device=device,
                           dtype=getattr(torch, keras.config.floatx()))
 
     def host_scalar(self, variable):
         """From a host copy while the variable's tensor is unchanged since it was read or
-        reported (`tflm.backends.torch_host_copies.ScalarMirror`); else read once."""
-        return self._scalars.value(variable)
+        reported (`tflm.backends.torch_host_copies.HostCopies`); else read once."""
+        return self._host.value(variable, lambda tensor: int(tensor.item()))
 
     def host_scalar_written(self, variable, value):
-        self._scalars.written(variable, value)
+        self._host.written(variable, int(value))
 
     def constant(self, value, like):
         """Made once per value, dtype and device, then reused: Keras' PyTorch ops turn a

@@ -25,7 +25,8 @@ from tools.frameworks.measure import add_memory, gpu_matmul_rate, keras_device, 
 from tools.frameworks.roles import export_keras_roles, load_keras_roles
 from tools.frameworks.settings import training_settings, window_rule
 from tools.frameworks.timing import keras_step_timer, step_summary
-from zoo.runs.builders import build_model, make_lr_schedule, set_window_shapes
+from zoo.runs.builders import (build_model, make_lr_schedule, make_optimizer, pad_to_multiple,
+                               set_window_shapes)
 from zoo.runs.settings import RunSettings
 
 
@@ -77,6 +78,32 @@ class Windows:
                 return chosen[i]
 
         return PassWindows()
+
+
+class PresetFit:
+    """The model `python -m zoo.train` builds for `settings` (`zoo.runs.builders`), compiled
+    with its optimizer and given its window shapes for fixed windows of bptt, and a
+    `model.fit` of the next `n` of `windows` windows of random tokens out of `vocab` words
+    at each call (the benchmarks' step timing and counting)."""
+
+    def __init__(self, settings, vocab, windows):
+        self.training = dataclasses.replace(settings.training, fixed_windows=True)
+        self.pad = pad_to_multiple(self.training)  # zoo.train's: 4 on JAX, else 1
+        self.model = build_model(settings, vocab)
+        self.model.compile(optimizer=make_optimizer(self.training))
+        self.model.build((None, None))
+        set_window_shapes(self.model, self.training, self.pad)
+        batch, bptt = self.training.batch_size, self.training.bptt
+        streams = np.random.default_rng(0).integers(
+            0, vocab, (batch, windows * bptt + 1), dtype=np.int32)
+        self._windows, self._done = Windows(streams, bptt, {"train": False}), 0
+
+    def __call__(self, n, callbacks=()):
+        """Train on the next `n` windows, one epoch of `model.fit`."""
+        part = self._windows.subset(range(self._done, self._done + n))
+        self._done += n
+        self.model.fit(part.dataset(keras.backend.backend(), self.pad), epochs=1, verbose=0,
+                       callbacks=list(callbacks))
 
 
 def evaluate(model, windows, backend, pad):
