@@ -120,20 +120,23 @@ def run_study(name, scale="paper", seeds=None, out=None, address=None, workers=N
         load_data(json.loads(corpus), data_dir)  # a missing corpus: exit 2 before any trial
     (folder / "trials").mkdir(parents=True, exist_ok=True)
     atomic_files.write_json(folder / STUDY_FILE, {**record, "definition": study})
-    draws, failed, searches = _run_searches(study, scale, folder, data_dir, address, workers)
-    if draws:
-        trials = plan(study, scale, seeds, draws)
-    runnable = [t for t in trials  # a searched arm trains only once its search chose a draw
-                if t.arm in draws or arm_search(study["arms"][t.arm], scale) is None]
-    states = [run_state(folder / "trials" / t.name) for t in runnable]
-    done = sum(s in engine.DONE for s in states)
-    print(f"zoo.study: {study['name']} ({study['reproduces']}), scale {scale}: "
-          f"{len(runnable)} trials in {folder}: {done} done before, "
-          f"{states.count('interrupted')} to resume, {states.count('new')} new", flush=True)
-    failed.update(engine.run_trials([(t.name, t.config, folder / "trials" / t.name)
-                                     for t in runnable], folder / "engine",
-                                    data_dir=data_dir, address=address, workers=workers,
-                                    measures=study.get("measures", [])))
+    with engine.one_session():  # the searches' trials and the study's on one cluster
+        draws, failed, searches = _run_searches(study, scale, folder, data_dir, address,
+                                                workers)
+        if draws:
+            trials = plan(study, scale, seeds, draws)
+        runnable = [t for t in trials  # a searched arm trains once its search chose a draw
+                    if t.arm in draws or arm_search(study["arms"][t.arm], scale) is None]
+        states = [run_state(folder / "trials" / t.name) for t in runnable]
+        done = sum(s in engine.DONE for s in states)
+        print(f"zoo.study: {study['name']} ({study['reproduces']}), scale {scale}: "
+              f"{len(runnable)} trials in {folder}: {done} done before, "
+              f"{states.count('interrupted')} to resume, {states.count('new')} new",
+              flush=True)
+        failed.update(engine.run_trials([(t.name, t.config, folder / "trials" / t.name)
+                                         for t in runnable], folder / "engine",
+                                        data_dir=data_dir, address=address, workers=workers,
+                                        measures=study.get("measures", [])))
     rows = aggregate.cells(study, trials, folder)
     table = (f"## {study['name']}: {study['reproduces']} (scale {scale})\n\n"
              + aggregate.markdown(rows, study))

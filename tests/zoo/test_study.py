@@ -1,15 +1,18 @@
 """`python -m zoo.study` and `zoo.studies`: study files checked and planned, the table's
 means, SDs and p-values against hand computation, the figure, and a study run on a
-two-worker local Ray cluster, then resumed without retraining what finished."""
+two-worker local Ray cluster beside a two-node one (which a study joins with `--address`),
+then resumed without retraining what finished."""
 
 import csv
 import json
 import math
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -248,14 +251,49 @@ def _study_command(study, out, *extra, env=None):
                           text=True, timeout=900, env=env)
 
 
-def test_a_study_runs_on_a_two_worker_ray_cluster_and_resumes_without_retraining(tmp_path):
-    """A plain arm and a searched one: the search's two draws train first, then two seeds
-    of each arm, the searched arm's with the draw of lowest validation perplexity."""
-    pytest.importorskip("ray")
+def test_a_study_runs_on_ray_clusters_and_resumes_without_retraining(tmp_path):
+    """A plain arm and a searched one on a local cluster of the study's own: the search's
+    two draws train first, then two seeds of each arm, the searched arm's with the draw of
+    lowest validation perplexity, all in one Ray session (`engine.one_session`); the same
+    command again trains nothing. The local cluster is started beside a running two-node
+    one (what the README's `ray start --head` / `ray start --address` gives, made by Ray's
+    test utility: two raylets on this machine, one CPU each), which a study joins with
+    `--address`, with no change to the study."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
     study = _searched(tmp_path)
     out = tmp_path / "study"
-    first = _study_command(study, out, "--workers", "2")
-    assert first.returncode == 0, first.stderr[-3000:]
+    ray_tmp = pathlib.Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # short: Ray's sockets
+    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
+    cluster = None
+    try:
+        os.environ["RAY_TMPDIR"] = str(ray_tmp)  # the two-node cluster's session there too
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        cluster.add_node(num_cpus=1)
+        ray.init(address=cluster.address)
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        ray.shutdown()
+        assert len(nodes) == 2
+        running = set(ray_tmp.glob("**/session_2*"))
+        # without --address, a cluster of its own, not the one running here (ray.init's
+        # default would join it, and refuse --workers)
+        first = _study_command(study, out, "--workers", "2", env=env)
+        assert first.returncode == 0, first.stderr[-3000:]
+        local = set(ray_tmp.glob("**/session_2*")) - running
+        (tmp_path / "small").mkdir()
+        small = _study(tmp_path / "small", arms={"a": {"preset": "synthetic"}}, published=[])
+        joined = _study_command(small, tmp_path / "j", "--address", cluster.address, env=env)
+        assert joined.returncode == 0, joined.stderr[-3000:]
+        after = set(ray_tmp.glob("**/session_2*")) - running - local
+    finally:
+        os.environ.pop("RAY_TMPDIR", None)
+        if cluster is not None:
+            cluster.shutdown()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert len(running) == 1
+    assert len(local) == 1, local  # the search's draws and the arms' trials: one session
+    assert not after  # --address: the running cluster's session
+    assert "| a | - | 2 of 2 |" in (tmp_path / "j" / "results.md").read_text()
     assert "4 trials in" in first.stdout and "0 done before" in first.stdout
     searched = sorted((out / "searches" / "s").glob("trial_*"))
     assert [r.name for r in searched] == ["trial_000", "trial_001"]
@@ -282,32 +320,6 @@ def test_a_study_runs_on_a_two_worker_ray_cluster_and_resumes_without_retraining
     assert {r.name: (r / "metrics.json").stat().st_mtime_ns for r in runs + searched} == stamps
     other = _study_command(study, out, "--seeds", "1")
     assert other.returncode == 2 and "resume it with its own command" in other.stderr
-
-
-def test_a_study_joins_a_running_two_node_cluster_with_address(tmp_path):
-    """What the README's `ray start --head` / `ray start --address` cluster gives, made by
-    Ray's own test utility (two raylets on this machine, one CPU each): `--address` runs
-    the study there, with no change to the study; a study without it starts its own."""
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    try:
-        cluster.add_node(num_cpus=1)
-        ray.init(address=cluster.address)
-        nodes = [n for n in ray.nodes() if n["Alive"]]
-        ray.shutdown()
-        assert len(nodes) == 2
-        study = _study(tmp_path, arms={"a": {"preset": "synthetic"}}, published=[])
-        result = _study_command(study, tmp_path / "s", "--address", cluster.address)
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "| a | - | 2 of 2 |" in (tmp_path / "s" / "results.md").read_text()
-        # without --address, a cluster of its own, not the one running here (ray.init's
-        # default would join it, and refuse --workers)
-        local = _study_command(study, tmp_path / "l", "--workers", "1")
-        assert local.returncode == 0, local.stderr[-3000:]
-        assert "| a | - | 2 of 2 |" in (tmp_path / "l" / "results.md").read_text()
-    finally:
-        cluster.shutdown()
 
 
 def test_a_missing_corpus_or_engine_stops_before_any_trial(tmp_path):

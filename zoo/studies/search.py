@@ -154,15 +154,16 @@ def search(preset, space_name, trials, seed, out, epochs=None, overrides=(), dat
     trials that failed after their retries)."""
     # deferred: a command's frameworks import after start_command (zoo.runtime.command)
     from zoo.runs.search_space import load_space, sample
-    from zoo.studies.engine import run_trials
+    from zoo.studies.engine import one_session, run_trials
     if trials < 1:
         raise UserError(f"--trials must be >= 1; got {trials}.")
     space = load_space(space_name)
     out = pathlib.Path(out)
     check_output_dir(out, "--out")  # before any trial trains
     if algorithm == "tpe":
-        numbers, failed = _tpe(preset, space, trials, seed, out, epochs, overrides, data_dir,
-                               address, workers)
+        with one_session():  # one cluster for every batch Optuna asks for
+            numbers, failed = _tpe(preset, space, trials, seed, out, epochs, overrides,
+                                   data_dir, address, workers)
         return _summarise([summary_row(n, trial_dir(out, n)) for n in numbers], failed,
                           f"TPE search (Optuna): preset {preset}, space {space.get('name')}, "
                           f"seed {seed}, {trials} trial{'s' * (trials != 1)}", epochs, out)
