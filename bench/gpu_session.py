@@ -30,8 +30,14 @@ or runs out of time is reported as such and the next one starts. By default
    the first 200,000 words of PTB (seeds 141 and 142) against salesforce's main.py:
    `zoo.train`'s own loop (its batch hooks on Keras' worker thread, no wait at a step's
    end), training words/s once warm and the allocators' peaks.
+6. `bf16` and `f32`: `zoo.train` for `awd_lstm_ptb` on JAX, 2 epochs of the full PTB, seed
+   141, under `mixed_bfloat16` and then float32: the mixed-precision target's speed and
+   perplexities side by side in one session (last measured before the device-padding fix,
+   against the `curves` stage's float32 run).
 
-Also known, by name with `--stages`: `curves` (`reference_curves` for `awd_lstm_ptb` at its
+Also known, by name with `--stages`: `mogrifier-torch` and `mogrifier-torch-base` (the
+Mogrifier preset's step on Keras on PyTorch from this tree and from the base tree: the A/B of
+its time loop written out, 3 reads a time step fewer), `curves` (`reference_curves` for `awd_lstm_ptb` at its
 own size on the full PTB against salesforce's main.py, 3 epochs, seeds 141 and 142: curves,
 first-epoch, warm-epoch and whole-run times and memory, `train_step_traces`) and `pad-72`,
 `pad-88` (`step_profile` for JAX with bptt-70 windows padded to 72 and to 88): both ran in
@@ -85,6 +91,9 @@ def stages(work, carried, small):
                "1500" if small else "8000", "--log-interval", "2" if small else "20"]
     cut_torch = ["--train-tokens", "6000" if small else "200000", "--valid-tokens",
                  "1500" if small else "8000", "--log-interval", "2" if small else "10"]
+    cut_corpus = (["--set", "corpus.max_train_tokens=6000", "--set",
+                   "corpus.max_valid_tokens=1500", "--set", "corpus.max_test_tokens=1500"]
+                  if small else [])
     mos_tiny = (["--set", "model.last_dim=48", "--set", "model.head.num_experts=3"]
                 if small else [])
     jax = {"KERAS_BACKEND": "jax"}
@@ -106,6 +115,10 @@ def stages(work, carried, small):
         "torch-base": (90, base_env, [
             *profile, "--preset", "awd_lstm_ptb", "--backends", "torch",
             "--out", str(work / "torch-base"), *tiny], base),
+        **{f"mogrifier-torch{suffix}": (90, env, [
+            *profile, "--preset", "mogrifier_ptb", "--backends", "torch",
+            "--out", str(work / f"mogrifier-torch{suffix}"), *tiny], folder)
+           for suffix, env, folder in (("", {}, REPO), ("-base", base_env, base))},
         "torch-train": (150, {"KERAS_BACKEND": "torch"}, [
             py, "-m", "bench.reproductions.reference_curves", "--reference", str(salesforce),
             "--preset", "awd_lstm_ptb", "--epochs", "1", "--seeds", "141", "142",
@@ -125,6 +138,11 @@ def stages(work, carried, small):
             "--device", device, "--data-dir", str(data), "--work", str(work / "curves"),
             "--results", str(work / "curves" / "reference_curves_gpu.md"), *cut_awd, *tiny],
             REPO),
+        **{name: (110, {**jax, "TFLM_DATA_DIR": str(data)}, [
+            py, "-m", "zoo.train", "--preset", "awd_lstm_ptb", "--seed", "141",
+            "--precision", precision, "--set", "training.epochs=2",
+            "--out", str(work / name / "run"), *tiny, *cut_corpus], REPO)
+           for name, precision in (("bf16", "mixed_bfloat16"), ("f32", "float32"))},
         **{f"pad-{n}": (70, jax, [*profile, "--preset", "awd_lstm_ptb", "--backends", "jax",
                                   "--set", f"training.pad_to_multiple={n}",
                                   "--out", str(work / f"pad-{n}"), *tiny], REPO)
@@ -137,7 +155,10 @@ def stages(work, carried, small):
 # base tree's, where one is carried: the A/B of a change), a longer warm MoS run, then
 # Keras on PyTorch in `zoo.train`'s own loop.
 # `curves` and the `pad-*` stages ran in the sessions of 2026-11-28 (results/gpu_session.md).
-DEFAULT_STAGES = ("info", "mos-profile", "torch", "torch-base", "mos", "torch-train")
+# Then, where time is left, mixed_bfloat16 against float32 in zoo.train (2 epochs each, seed
+# 141): not measured since the device-padding fix.
+DEFAULT_STAGES = ("info", "mos-profile", "torch", "torch-base", "mos", "torch-train", "bf16",
+                  "f32")
 
 
 INFO = """
@@ -244,6 +265,21 @@ def _reference_run(folder):
     return None, None
 
 
+def _precision_row(bf16, f32):
+    """The mixed-precision row from two `zoo.train` runs of one session (`bf16`, `f32`
+    stages: their metrics.json): the last epoch's words/s and the validation perplexity
+    by epoch, side by side."""
+    half = [h["val_perplexity"] for h in bf16["history"]]
+    full = [h["val_perplexity"] for h in f32["history"]]
+    speed, f32_speed = (run["history"][-1]["words_per_second"] for run in (bf16, f32))
+    return ("mixed_bfloat16: speed and perplexity against float32 (measured)",
+            f"epoch {len(half)} words/s {speed:,.0f} vs {f32_speed:,.0f} "
+            f"({speed / f32_speed:.2f}x); valid ppl by epoch "
+            f"{' / '.join(f'{v:.1f}' for v in half)} vs {' / '.join(f'{v:.1f}' for v in full)}"
+            f" (seed 141, same session); test {bf16['test_perplexity']:.1f} vs "
+            f"{f32['test_perplexity']:.1f}", None)
+
+
 def report(folder):
     """Issue 41's targets from a session's stage folders: a markdown body."""
     from bench.reproductions.reference_curves import reference_words_per_second  # deferred: Keras
@@ -304,7 +340,10 @@ def report(folder):
                      f"compare_frameworks) / {ref_words:,.0f} = {words / ref_words:.2f}x",
                      words >= ref_words))
     bf16 = _json(folder / "bf16" / "run" / "metrics.json")
-    if bf16 and ours:
+    f32_run = _json(folder / "f32" / "run" / "metrics.json")
+    if bf16 and f32_run:
+        rows.append(_precision_row(bf16, f32_run))
+    elif bf16 and ours:  # the first session's: float32 from the curves stage
         f32 = t["keras-141"]
         half = [h["val_perplexity"] for h in bf16["history"]]
         full = curves["curves"]["keras-141"][:len(half)]
@@ -378,10 +417,10 @@ def _profiled(folder, stage, system):
 
 def _torch_rows(folder):
     """Keras on PyTorch at the AWD-LSTM preset's size against main.py's step (the `torch`
-    stage), and against the base tree's Keras on PyTorch (`torch-base`, an A/B)."""
+    stage), and against the base tree's Keras on PyTorch (`torch-base`, an A/B; the same
+    for the Mogrifier preset, `mogrifier-torch` and `mogrifier-torch-base`)."""
     from bench.training.step_profile import REFERENCE  # deferred: the harness only
     ours, theirs = (_profiled(folder, "torch", s) for s in ("tflm, torch", REFERENCE))
-    base = _profiled(folder, "torch-base", "tflm, torch")
     rows = []
     if ours and theirs:
         rows.append(("Keras on PyTorch >= 1.0x main.py at the AWD-LSTM preset's size "
@@ -390,11 +429,14 @@ def _torch_rows(folder):
                      f"{ours['words_per_s'] / theirs['words_per_s']:.2f}x; GPU idle "
                      f"{ours['idle_share']:.0%} / {theirs['idle_share']:.0%}",
                      ours["words_per_s"] >= theirs["words_per_s"]))
-    if ours and base:
-        rows.append(("Keras on PyTorch, this tree against the base tree (an A/B)",
-                     f"{ours['wall_ms']:.2f} / {base['wall_ms']:.2f} ms a step = "
-                     f"{base['wall_ms'] / ours['wall_ms']:.2f}x the speed; GPU idle "
-                     f"{ours['idle_share']:.0%} / {base['idle_share']:.0%}", None))
+    for stage, preset in (("torch", ""), ("mogrifier-torch", ", the Mogrifier preset")):
+        ours = _profiled(folder, stage, "tflm, torch")
+        base = _profiled(folder, f"{stage}-base", "tflm, torch")
+        if ours and base:
+            rows.append((f"Keras on PyTorch{preset}, this tree against the base tree (an A/B)",
+                         f"{ours['wall_ms']:.2f} / {base['wall_ms']:.2f} ms a step = "
+                         f"{base['wall_ms'] / ours['wall_ms']:.2f}x the speed; GPU idle "
+                         f"{ours['idle_share']:.0%} / {base['idle_share']:.0%}", None))
     return rows
 
 
@@ -430,8 +472,8 @@ def main(argv=None):
     unknown = [name for name in chosen if name not in known]
     if unknown:
         p.error(f"--stages: no stage {', '.join(unknown)}; known: {', '.join(known)}")
-    if "torch-base" in chosen and not (carried / BASE_TREE / "zoo").is_dir():
-        chosen.remove("torch-base")  # no base tree carried: nothing to compare with
+    if not (carried / BASE_TREE / "zoo").is_dir():  # no base tree: nothing to compare with
+        chosen = [name for name in chosen if not name.endswith("-base")]
     deadline = time.monotonic() + args.deadline
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)

@@ -538,25 +538,29 @@ class Adam(keras.optimizers.Optimizer):
 
     def set_window_scale(self, scale):
         """The factor s of the next step's learning rate."""
-        self._window_scale.assign(ops.cast(scale, "float32"))
+        self._window_scale.assign(backends.current().constant(scale, self._window_scale))
 
     def update_step(self, gradient, variable, learning_rate):
         index = compat.optimizer_variable_index(self, variable)
         m, v = self._m[index], self._v[index]
         dtype = variable.dtype
         gradient = ops.cast(gradient, dtype)
-        t = ops.cast(ops.add(self.iterations, 1), dtype)
-        self.assign(m, ops.add(ops.multiply(ops.cast(self.beta_1, dtype), m),
-                               ops.multiply(ops.cast(1.0 - self.beta_1, dtype), gradient)))
-        self.assign(v, ops.add(ops.multiply(ops.cast(self.beta_2, dtype), v),
-                               ops.multiply(ops.cast(1.0 - self.beta_2, dtype),
-                                            ops.square(gradient))))
-        correction_1 = ops.subtract(1.0, ops.power(ops.cast(self.beta_1, dtype), t))
-        correction_2 = ops.subtract(1.0, ops.power(ops.cast(self.beta_2, dtype), t))
+        backend = backends.current()  # its constants: no copy from the host per variable
+
+        def const(value):
+            return backend.constant(value, gradient)
+
+        t = ops.cast(ops.add(self.iterations, backend.constant(1, self.iterations)), dtype)
+        beta_1, beta_2 = const(self.beta_1), const(self.beta_2)
+        self.assign(m, ops.add(ops.multiply(beta_1, m),
+                               ops.multiply(const(1.0 - self.beta_1), gradient)))
+        self.assign(v, ops.add(ops.multiply(beta_2, v),
+                               ops.multiply(const(1.0 - self.beta_2), ops.square(gradient))))
+        correction_1 = ops.subtract(const(1.0), ops.power(beta_1, t))
+        correction_2 = ops.subtract(const(1.0), ops.power(beta_2, t))
         step = ops.divide(ops.multiply(ops.cast(learning_rate, dtype),
                                        ops.cast(self._window_scale, dtype)), correction_1)
-        denom = ops.add(ops.divide(ops.sqrt(v), ops.sqrt(correction_2)),
-                        ops.cast(self.epsilon, dtype))
+        denom = ops.add(ops.divide(ops.sqrt(v), ops.sqrt(correction_2)), const(self.epsilon))
         self.assign_sub(variable, ops.multiply(step, ops.divide(m, denom)))
 
     def get_config(self):

@@ -78,6 +78,20 @@ def test_the_report_reads_each_target_from_its_stage(tmp_path):
         rows["mixed_bfloat16: speed and perplexity against float32 (measured)"]
 
 
+def test_the_precision_stages_set_bfloat16_beside_float32_of_the_same_session(tmp_path):
+    for stage, ppl, words, test in (("bf16", (310.0, 199.0), 1.5e5, 195.0),
+                                    ("f32", (300.0, 201.5), 1.2e5, 196.25)):
+        _write(tmp_path / stage / "run" / "metrics.json",
+               {"history": [{"val_perplexity": ppl[0], "words_per_second": 8e4},
+                            {"val_perplexity": ppl[1], "words_per_second": words}],
+                "test_perplexity": test})
+    row = [line for line in gpu_session.report(tmp_path).splitlines()
+           if line.startswith("| mixed_bfloat16")]
+    assert row == ["| mixed_bfloat16: speed and perplexity against float32 (measured) | "
+                   "epoch 2 words/s 150,000 vs 120,000 (1.25x); valid ppl by epoch 310.0 / "
+                   "199.0 vs 300.0 / 201.5 (seed 141, same session); test 195.0 vs 196.2 | - |"]
+
+
 def test_a_stage_that_did_not_run_leaves_its_targets_out(tmp_path):
     assert gpu_session.report(tmp_path).splitlines()[2:] == []
 
@@ -117,6 +131,16 @@ def test_the_torch_stages_give_the_target_and_the_a_b(tmp_path):
         "synchronized step)"])
     assert "20.00 / 30.00 ms a step = 1.50x the speed; GPU idle 25% / 50% | - |" in rows[
         "Keras on PyTorch, this tree against the base tree (an A/B)"]
+    assert "Keras on PyTorch, the Mogrifier preset, this tree against the base tree (an A/B)" \
+        not in rows  # its stages did not run
+    _write(tmp_path / "mogrifier-torch" / "step_profile.json",
+           {"rows": [_profile_row("tflm, torch", 40.0, 10.0, 1000.0)]})
+    _write(tmp_path / "mogrifier-torch-base" / "step_profile.json",
+           {"rows": [_profile_row("tflm, torch", 100.0, 10.0, 400.0)]})
+    rows = {line.split(" | ")[0].lstrip("| "): line
+            for line in gpu_session.report(tmp_path).splitlines() if line.startswith("| ")}
+    assert "40.00 / 100.00 ms a step = 2.50x the speed; GPU idle 75% / 90% | - |" in rows[
+        "Keras on PyTorch, the Mogrifier preset, this tree against the base tree (an A/B)"]
     assert "the MoS preset (`mos-profile`" in text
     assert "Keras on PyTorch >= 1.0x main.py: `zoo.train`" not in text  # no such stage here
     # 10 steps of 1,000 tokens, 1.8 s after the first: 9,000 / 1.8 = 5,000 words/s once warm
@@ -147,7 +171,7 @@ def test_the_default_stages_leave_the_a_b_out_without_a_base_tree(tmp_path, monk
     argv = ["--out", str(tmp_path / "out"), "--carried", str(carried), "--work",
             str(tmp_path / "work")]
     assert gpu_session.main(argv) == 0
-    assert ran == ["info", "mos-profile", "torch", "mos", "torch-train"]
+    assert ran == ["info", "mos-profile", "torch", "mos", "torch-train", "bf16", "f32"]
     _write(carried / "tree-base" / "zoo" / "train.py", "x")
     ran.clear()
     assert gpu_session.main(argv + ["--stages", "torch", "torch-base"]) == 0

@@ -22,6 +22,27 @@ def test_a_tiny_fit_counts_the_batch_copies_and_no_dropout_read(tmp_path):
     assert not [site for (kind, site) in counts if "random.py" in site]
 
 
+@pytest.mark.parametrize("preset, settings", [
+    ("awd_lstm_mos_frage_ptb", ["model.last_dim=6", "model.frage.popular=10",
+                                "model.past_decode=0.001"]),
+    ("mogrifier_ptb", ['model.head={"type": "doc", "num_components_per_layer": [2, 3]}'])])
+def test_the_heads_regularizers_and_optimizers_steps_copy_and_read_nothing(tmp_path, preset,
+                                                                           settings):
+    """MoS with FRAGE's moments, Past Decode, embedding noise and averaged SGD; the
+    Mogrifier's loop and state dropout, DOC and Adam: no tflm layer or optimizer makes a
+    tensor of a Python number, or reads one back, in a train step."""
+    pytest.importorskip("torch")
+    sets = [item for setting in ["model.embed_dim=6", "model.hidden_dim=8", *settings]
+            for item in ("--set", setting)]
+    [(_, result)] = host_syncs.main(["--preset", preset, *sets, "--vocab", "30", "--steps",
+                                     "2", "--out", str(tmp_path), "--no-publish"])
+    sites = [site for _, site, _ in result["counts"]]
+    assert any("tflm/padding.py" in site for site in sites)  # its one read a step: counted
+    ours = [site for site in sites if "tflm/layers/" in site or "tflm/optimizers.py" in site
+            or "/rnn.py" in site]
+    assert ours == []
+
+
 def test_the_report_sets_the_trees_side_by_side():
     results = [("this tree (a)", {"tree": "/a", "counts": [["read", "x.py:1", 4],
                                                           ["copy in", "y.py:2", 2]]}),

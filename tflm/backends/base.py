@@ -222,6 +222,11 @@ class Backend:
         `keras.random` takes). The dropout layers draw their masks here."""
         return keras.random.uniform(shape, seed=seed)
 
+    def normal(self, shape, seed, dtype="float32"):
+        """Standard normals of `shape` and `dtype`: `keras.random.normal(shape, dtype=dtype,
+        seed=seed)`, as `uniform` (the embedding noise draws here)."""
+        return keras.random.normal(shape, dtype=dtype, seed=seed)
+
     def constant(self, value, like):
         """The Python number `value` as a 0-d tensor of `like`'s dtype, for an op with the
         tensor or variable `like`: `ops.cast(value, dtype)`, what `keras.ops` makes of a
@@ -236,6 +241,15 @@ class Backend:
     def host_scalar_written(self, variable, value):
         """Tell `host_scalar` that `variable` now holds `value` (the caller's own update of
         it, just made): a backend that keeps host copies need not read it back."""
+
+    def rnn_loop(self, step_function, inputs, initial_states, *, mask, go_backwards, unroll,
+                 zero_output_for_mask, return_all_outputs):
+        """A recurrent layer's time loop, `(last_output, outputs, new_states)`: Keras' own
+        (`compat.rnn_loop`: tf.while_loop, lax.scan, or written out with `unroll`)."""
+        return compat.rnn_loop(step_function, inputs, initial_states, mask=mask,
+                               go_backwards=go_backwards, unroll=unroll,
+                               zero_output_for_mask=zero_output_for_mask,
+                               return_all_outputs=return_all_outputs)
 
     def fused_lstm(self, cell, inputs, initial_state, mask, recurrent_kernel, *,
                    return_sequences, go_backwards, unroll):

@@ -17,7 +17,7 @@ import collections
 
 from keras import ops
 
-from tflm import backends, compat
+from tflm import backends
 from tflm.backends import lstm_backward
 
 KERNELS = ("auto", "fused", "portable")
@@ -107,7 +107,7 @@ def portable_lstm(cell, sequences, initial_state, mask, recurrent_kernel, *,
         h = cell.recurrent_activation(z_o) * cell.activation(c)
         return h, [h, c]
 
-    return compat.rnn_loop(step, projected, initial_state, mask=mask,
-                           go_backwards=go_backwards, unroll=unroll,
-                           zero_output_for_mask=zero_output_for_mask,
-                           return_all_outputs=return_sequences)
+    return backends.current().rnn_loop(step, projected, initial_state, mask=mask,
+                                       go_backwards=go_backwards, unroll=unroll,
+                                       zero_output_for_mask=zero_output_for_mask,
+                                       return_all_outputs=return_sequences)

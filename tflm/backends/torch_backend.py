@@ -52,14 +52,51 @@ class TorchBackend(Backend):
         generator's seed kept on the host (`tflm.backends.torch_host_copies`: no device read and
         no host-to-device copy per mask); the draw on the state's device. Other seeds, a
         0-d shape, `torch.compile`'s tracing and the meta device: `keras.random.uniform`."""
+        generator = self._host_seeded(shape, seed)
+        if generator is None:
+            return super().uniform(shape, seed)
+        return torch.rand(tuple(int(n) for n in shape), generator=generator,
+                          device=generator.device, dtype=getattr(torch, keras.config.floatx()))
+
+    def normal(self, shape, seed, dtype="float32"):
+        """`keras.random.normal`'s numbers, bit for bit, seeded from the host as `uniform`."""
+        generator = self._host_seeded(shape, seed)
+        if generator is None:
+            return super().normal(shape, seed, dtype)
+        return torch.normal(0.0, 1.0, size=tuple(int(n) for n in shape), generator=generator,
+                            device=generator.device,
+                            dtype=getattr(torch, keras.backend.standardize_dtype(dtype)))
+
+    def _host_seeded(self, shape, seed):
+        """A `torch.Generator` on the seed state's device, seeded as Keras seeds it from
+        `seed`'s next state but from the host copy; None where Keras' own draw applies."""
         if (not isinstance(seed, keras.random.SeedGenerator) or not len(shape)
                 or torch.compiler.is_compiling() or seed.state.value.is_meta):
-            return super().uniform(shape, seed)
-        device = seed.state.value.device
-        generator = torch.Generator(device=device)
+            return None
+        generator = torch.Generator(device=seed.state.value.device)
         generator.manual_seed(self._host.next_seed(seed))
-        return torch.rand(tuple(int(n) for n in shape), generator=generator, device=device,
-                          dtype=getattr(torch, keras.config.floatx()))
+        return generator
+
+    def rnn_loop(self, step_function, inputs, initial_states, *, mask, go_backwards, unroll,
+                 zero_output_for_mask, return_all_outputs):
+        """Keras' loop written out (`unroll`) whatever `unroll` says: in eager PyTorch both
+        of Keras' loops are Python loops, but the other one counts time in a tensor, read
+        back at every step (on a GPU, a wait for the queued kernels each time: 3 reads a
+        step of the Mogrifier's loop, `python -m bench.training.host_syncs --preset
+        mogrifier_ptb`), and runs the first step once more to size its outputs. The same
+        numbers (tests/tflm/backends/test_torch_rnn_loop.py). Keras 3.15's written-out loop
+        fails on a mask with `go_backwards` (that call keeps Keras' choice), and with a
+        mask and `zero_output_for_mask` it returns every step's output whatever
+        `return_all_outputs` says: it is asked for all, and the last is kept here."""
+        if mask is not None and go_backwards:
+            return super().rnn_loop(step_function, inputs, initial_states, mask=mask,
+                                    go_backwards=go_backwards, unroll=unroll,
+                                    zero_output_for_mask=zero_output_for_mask,
+                                    return_all_outputs=return_all_outputs)
+        last, outputs, states = super().rnn_loop(
+            step_function, inputs, initial_states, mask=mask, go_backwards=go_backwards,
+            unroll=True, zero_output_for_mask=zero_output_for_mask, return_all_outputs=True)
+        return last, outputs if return_all_outputs else outputs[:, -1:], states
 
     def host_scalar(self, variable):
         """From a host copy while the variable's tensor is unchanged since it was read or

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from tflm import backends
 from tflm.layers.dropout import LockedDropout
 from tflm.layers.head import LogProbHead, tanh_components
 from tflm.layers.init import check_init, torch_uniform
@@ -34,10 +35,13 @@ def prior_cv_squared(pi, mask=None):
     if mask is not None:
         pi = pi * ops.expand_dims(ops.cast(mask, "float32"), -1)
     summed = ops.sum(pi, axis=1)                                             # (B, R)
-    count = ops.cast(ops.size(summed), "float32")
-    num = ops.cast(ops.shape(pi)[-1], "float32")
+    # B R and R counted on the device: a Python number given to an op is a copy to the
+    # device on PyTorch, and on a GPU a wait for the work queued before it
+    count = ops.sum(ops.ones_like(summed))
+    num = ops.sum(ops.ones_like(summed[0]))
     mean = ops.mean(summed)
-    var = ops.sum(ops.square(summed - mean)) / ops.maximum(count - 1.0, 1.0)
+    var = ops.sum(ops.square(summed - mean)) / ops.maximum(
+        count - 1.0, backends.current().constant(1.0, count))
     return (num - 1.0) * var / ops.square(mean)
 
 

@@ -54,8 +54,9 @@ def per_stream_uniform(shape, seed):
 
 
 def per_stream_normal(shape, seed, dtype="float32"):
-    """`keras.random.normal(shape, seed=seed)`, per stream as `per_stream_uniform`."""
-    return _per_stream(lambda s: keras.random.normal(s, dtype=dtype, seed=seed), shape)
+    """Standard normals (`Backend.normal`: `keras.random.normal(shape, seed=seed)`), per
+    stream as `per_stream_uniform`."""
+    return _per_stream(lambda s: backends.current().normal(s, seed, dtype), shape)
 
 
 class _StreamMaskDropout(keras.layers.Layer):

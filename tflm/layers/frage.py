@@ -87,6 +87,7 @@ import numpy as np
 import keras
 from keras import ops
 
+from tflm import backends
 from tflm.layers.init import check_init, torch_uniform
 
 METHODS = ("adversarial", "moments")
@@ -120,9 +121,9 @@ def _check_popular(popular, vocab_size):
 
 def _groups(popular_mask):
     m = ops.cast(popular_mask, "float32")
-    n_pop = ops.maximum(ops.sum(m), 1.0)
-    n_rare = ops.maximum(ops.sum(1.0 - m), 1.0)
-    return m, n_pop, n_rare
+    n_pop, n_rare = ops.sum(m), ops.sum(1.0 - m)
+    one = backends.current().constant(1.0, n_pop)
+    return m, ops.maximum(n_pop, one), ops.maximum(n_rare, one)
 
 
 def discriminator_log_probs(embeddings, kernel, bias):
@@ -189,7 +190,8 @@ def fooling_loss(embeddings, popular_mask, kernel, bias, words="rare"):
 
 def _safe_norm(x):
     """||x||_2 with a zero (not NaN) gradient where x = 0."""
-    return ops.sqrt(ops.maximum(ops.sum(ops.square(x)), 1e-30))
+    squares = ops.sum(ops.square(x))
+    return ops.sqrt(ops.maximum(squares, backends.current().constant(1e-30, squares)))
 
 
 def group_moments(embeddings, weights):
@@ -197,7 +199,8 @@ def group_moments(embeddings, weights):
     `embeddings` `(V, d)` that `weights` `(V,)` (0 / 1) selects."""
     e = ops.cast(embeddings, "float32")
     w = ops.expand_dims(ops.cast(weights, "float32"), -1)
-    n = ops.maximum(ops.sum(w), 2.0)
+    n = ops.sum(w)
+    n = ops.maximum(n, backends.current().constant(2.0, n))
     mean = ops.sum(w * e, axis=0) / n
     c = e - mean
     var = ops.sum(w * ops.square(c), axis=0) / (n - 1.0)

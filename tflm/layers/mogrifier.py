@@ -6,7 +6,7 @@ import math
 import keras
 from keras import ops
 
-from tflm import compat
+from tflm import backends
 from tflm.layers.dropout import per_stream_uniform
 
 INITS = ("keras", "lamb")
@@ -218,8 +218,9 @@ class MogrifierLSTM(keras.layers.Layer):
     def state_dropout_mask(self, batch, dtype):
         """A fresh (batch, units) mask of 0 and 1 / (1 - p), one row per stream."""
         keep = 1.0 - self.state_dropout
-        kept = per_stream_uniform((batch, self.units), self.seed_generator) < keep
-        return ops.cast(kept, dtype) / ops.cast(keep, dtype)
+        kept = ops.cast(per_stream_uniform((batch, self.units), self.seed_generator) < keep,
+                        dtype)
+        return kept / backends.current().constant(keep, kept)
 
     def call(self, sequences, initial_state=None, mask=None, training=False):
         dtype = sequences.dtype
@@ -252,7 +253,7 @@ class MogrifierLSTM(keras.layers.Layer):
             return h, [h, c]
 
         unroll = self.unroll and isinstance(sequences.shape[1], int)
-        last, outputs, states = compat.rnn_loop(
+        last, outputs, states = backends.current().rnn_loop(
             step, sequences, initial_state, mask=mask, go_backwards=False, unroll=unroll,
             zero_output_for_mask=True, return_all_outputs=self.return_sequences)
         if unroll and mask is not None and self.return_sequences:

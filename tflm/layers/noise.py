@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tflm import backends
 from tflm.layers.dropout import per_stream_normal
 
 
@@ -46,7 +47,7 @@ class EmbeddingNoise(keras.layers.Layer):
         if not training or self.scale == 0.0:
             return x
         noise = per_stream_normal(tuple(ops.shape(x)), self.seed_generator, dtype=x.dtype)
-        return x + ops.cast(self.scale, x.dtype) * noise
+        return x + backends.current().constant(self.scale, x) * noise
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -47,6 +47,7 @@ input untouched.
 import keras
 from keras import ops
 
+from tflm import backends
 from tflm.layers.init import check_init, torch_uniform
 
 
@@ -93,10 +94,12 @@ def past_decode_loss(next_log_probs, past_tokens, embeddings, kernel, bias, deco
                                       activation)
     tokens = ops.cast(past_tokens, "int32")
     weights = ops.cast(tokens >= 0, "float32")
-    picked = ops.take_along_axis(log_probs, ops.expand_dims(ops.maximum(tokens, 0), -1),
+    zero = backends.current().constant(0, tokens)
+    picked = ops.take_along_axis(log_probs, ops.expand_dims(ops.maximum(tokens, zero), -1),
                                  axis=-1)
     nll = -ops.squeeze(picked, -1)
-    return ops.sum(nll * weights) / ops.maximum(ops.sum(weights), 1.0)
+    total = ops.sum(weights)
+    return ops.sum(nll * weights) / ops.maximum(total, backends.current().constant(1.0, total))
 
 
 def check_past_decode_head(head):

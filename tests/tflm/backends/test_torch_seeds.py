@@ -89,3 +89,30 @@ print("RESULT" + json.dumps({
     assert out["edge"] == [2**31 - 1, -2**31 + 1]  # b wrapped as int32 addition does
     assert out["scoped_same"] and out["scoped_state"] == [5, 1]
     assert out["unchanged"] and out["after_scope"]
+
+
+def test_normal_draws_equal_keras_without_reading_the_device():
+    """`TorchBackend.normal` (the embedding noise's draws): `keras.random.normal`'s numbers
+    and seed state, in float32 and bfloat16, the seed from the host copy."""
+    out = run_counted("""
+import json
+import keras
+from tflm import backends
+
+ours, theirs = keras.random.SeedGenerator(5), keras.random.SeedGenerator(5)
+same, reads, made = [], [], []
+for shape, dtype in [((3, 5), "float32"), ((2, 3, 4), "bfloat16"), ((7,), "float32")]:
+    counter = Count()
+    with counter:
+        a = backends.current().normal(shape, ours, dtype)
+    reads.append(counter.ops["_local_scalar_dense"])
+    made.append(counter.ops["lift_fresh"])
+    b = keras.random.normal(shape, dtype=dtype, seed=theirs)
+    same.append(bool((a == b).all()) and a.dtype == b.dtype and tuple(a.shape) == shape)
+print("RESULT" + json.dumps({"same": same, "reads": reads, "made": made,
+                             "states": [ours.state.numpy().tolist(),
+                                        theirs.state.numpy().tolist()]}))
+""")
+    assert out["same"] == [True] * 3
+    assert out["reads"][1:] == [0, 0] and out["made"][1:] == [0, 0]
+    assert out["states"][0] == out["states"][1] == [5, 3]
