@@ -3,30 +3,19 @@ loop gives (outputs, last output, states, gradients) for every mask, direction a
 option, and reads nothing back to the host per step, where Keras' other loop reads its
 tensor time counter at every step."""
 
-import json
-
 import pytest
 
-from tests.backends import run_in_backend
+from tests.tflm.backends.test_torch_seeds import run_counted
 
 pytest.importorskip("torch")
 
 
 def test_the_written_out_loop_equals_keras_loop_and_reads_nothing_back():
-    out = run_in_backend("torch", """
+    result = run_counted("""
 import collections, itertools, json
 import numpy as np, torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from keras import ops
 from tflm import backends, compat
-
-class Count(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.__name__.split(".")[0]] += 1
-        return func(*args, **(kwargs or {}))
 
 rng = np.random.default_rng(0)
 x = rng.normal(size=(3, 6, 4)).astype("float32")
@@ -66,7 +55,6 @@ for masked, backwards, zero, every in itertools.product([False, True], repeat=4)
                  "diff": max(float(np.abs(a - b).max()) for a, b in zip(ours, keras_loop))})
 print("RESULT" + json.dumps({"rows": rows, "reads": reads}))
 """)
-    result = json.loads(out.split("RESULT", 1)[1])
     assert len(result["rows"]) == 12
     for row in result["rows"]:
         assert row["shapes"] == [True] * 4, row
