@@ -36,14 +36,15 @@ or runs out of time is reported as such and the next one starts. By default
    against the `curves` stage's float32 run).
 
 Also known, by name with `--stages`: `mogrifier-torch` and `mogrifier-torch-base` (the
-Mogrifier preset's step on Keras on PyTorch from this tree and from the base tree: the A/B of
-its time loop written out, 3 reads a time step fewer), `curves` (`reference_curves` for `awd_lstm_ptb` at its
-own size on the full PTB against salesforce's main.py, 3 epochs, seeds 141 and 142: curves,
-first-epoch, warm-epoch and whole-run times and memory, `train_step_traces`) and `pad-72`,
-`pad-88` (`step_profile` for JAX with bptt-70 windows padded to 72 and to 88): both ran in
-the sessions of 2026-11-28. Earlier sessions' stages are in git: the step profile against
-main.py's step, the `mixed_bfloat16` run and Keras on PyTorch (`tools.compare_frameworks`)
-ran in the first (results/gpu_session.md); `--report` still reads their folders.
+Mogrifier preset's step on Keras on PyTorch from this tree and from the base tree: the A/B
+of its time loop written out, 3 reads a time step fewer), `curves` (`reference_curves` for
+`awd_lstm_ptb` at its own size on the full PTB against salesforce's main.py, 3 epochs, seeds
+141 and 142: curves, first-epoch, warm-epoch and whole-run times and memory,
+`train_step_traces`) and `pad-72`, `pad-88` (`step_profile` for JAX with bptt-70 windows
+padded to 72 and to 88): these two ran in the sessions of 2026-11-28. Earlier sessions' stages
+are in git: the step profile against main.py's step, the `mixed_bfloat16` run and Keras on
+PyTorch (`tools.compare_frameworks`) ran in the first (results/gpu_session.md); `--report`
+still reads their folders.
 
 `--small` shrinks every stage (a model of 32 / 64, a few thousand words) so that the whole
 session runs on a CPU in a few minutes: the check that it runs before a GPU is spent on it.
