@@ -35,11 +35,15 @@ everything that differs between Keras backends:
     global_batch_block()           which block of the global batch this replica holds
     uniform(shape, seed)           float32 uniforms in [0, 1) from a SeedGenerator: the
                                    dropout masks' draws
+    normal(shape, seed, dtype)     standard normals from a SeedGenerator: the embedding
+                                   noise's draws (PyTorch: seeded from the host, as uniform)
     constant(value, like)          a Python number as a 0-d tensor beside `like`, for an op
                                    with it (PyTorch: made once, not copied at every step)
     host_scalar(variable), host_scalar_written(variable, value)
                                    an integer variable's value on the host (PyTorch: read
                                    from the device only after an outside write)
+    rnn_loop(...)                  a recurrent layer's time loop (Keras'; PyTorch: the
+                                   written-out one, no per-step read of a time counter)
     fused_lstm(...)                the fused LSTM kernel, or NotImplementedError
     window_gradients(model, x, y, states)
                                    mean NLL of one window and its gradient, evaluation mode

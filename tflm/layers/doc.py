@@ -35,10 +35,10 @@ def prior_cv_squared(pi, mask=None):
     if mask is not None:
         pi = pi * ops.expand_dims(ops.cast(mask, "float32"), -1)
     summed = ops.sum(pi, axis=1)                                             # (B, R)
-    # B R and R counted on the device: a Python number given to an op is a copy to the
-    # device on PyTorch, and on a GPU a wait for the work queued before it
+    # B R counted on the device (B is unknown in a traced step): a Python number given to
+    # an op is a copy to the device on PyTorch, and on a GPU a wait for the queued work
     count = ops.sum(ops.ones_like(summed))
-    num = ops.sum(ops.ones_like(summed[0]))
+    num = pi.shape[-1]  # R, fixed when the head is built
     mean = ops.mean(summed)
     var = ops.sum(ops.square(summed - mean)) / ops.maximum(
         count - 1.0, backends.current().constant(1.0, count))
