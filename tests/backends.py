@@ -3,31 +3,33 @@ needs its own process)."""
 
 import importlib.util
 import os
-import subprocess
 import sys
 import textwrap
 
 import keras
 import pytest
 
+from tests import preloaded_python
 from tests.conftest import REPO
 
 _MODULE_OF = {"jax": "jax", "torch": "torch", "tensorflow": "tensorflow"}
 
 
-def run_in_backend(backend, code, timeout=300):
+def run_in_backend(backend, code, timeout=300, fresh=False):
     """Run `code` with KERAS_BACKEND=backend from the repo root; return its stdout.
 
     Skips the calling test when the backend's package is not installed; fails it (with the
-    subprocess's stderr) when the snippet raises.
+    subprocess's stderr) when the snippet raises. The process is a fork of an interpreter
+    with the backend imported (`tests.preloaded_python`), or with `fresh` a new one (for
+    code that reads what a fork inherits: settings read at import, the imports themselves).
     """
     if importlib.util.find_spec(_MODULE_OF[backend]) is None:
         pytest.skip(f"Keras backend {backend!r} is not installed")
     env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2",
                JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = preloaded_python.run([sys.executable, "-c", textwrap.dedent(code)], env, REPO,
+                                timeout=timeout, fresh=fresh)
     if proc.returncode != 0:
         pytest.fail(f"snippet failed under KERAS_BACKEND={backend}:\n{proc.stderr[-4000:]}")
     return proc.stdout
@@ -43,8 +45,7 @@ def run_tests_in_backend(backend, test_file, keyword, timeout=900):
     if importlib.util.find_spec(_MODULE_OF[backend]) is None:
         pytest.skip(f"Keras backend {backend!r} is not installed")
     env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           str(test_file), "-k", keyword], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = preloaded_python.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                 str(test_file), "-k", keyword], env, REPO, timeout=timeout)
     assert proc.returncode == 0, f"under KERAS_BACKEND={backend}:\n{proc.stdout[-6000:]}"
     return proc.stdout

@@ -145,7 +145,7 @@ def test_jax_backend_started_after_the_first_array_only():
     code = ("import json; from tflm import compat; a = compat.jax_backend_started(); "
             "import jax; b = compat.jax_backend_started(); jax.numpy.ones(2); "
             "print(json.dumps([a, b, compat.jax_backend_started()]))")
-    out = run_in_backend("jax", code)
+    out = run_in_backend("jax", code, fresh=True)  # before JAX is imported, too
     assert json.loads(out.strip().splitlines()[-1]) == [False, False, True]
 
 
