@@ -126,6 +126,11 @@ def _close_all():
 atexit.register(_close_all)
 
 
+def server_key(env):
+    """Which server serves `env`: one per environment, but for what pytest sets per test."""
+    return tuple(sorted((k, v) for k, v in env.items() if k not in _VOLATILE))
+
+
 def run(argv, env, cwd, timeout=None, fresh=False):
     """`subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
     timeout=timeout)` for `argv` = `[sys.executable, "-c", CODE]` or
@@ -137,7 +142,7 @@ def run(argv, env, cwd, timeout=None, fresh=False):
             or len(argv) < 3 or argv[0] != sys.executable or argv[1] not in ("-c", "-m")):
         return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
                               timeout=timeout)
-    key = tuple(sorted((k, v) for k, v in env.items() if k not in _VOLATILE))
+    key = server_key(env)
     server = _servers.get(key)
     if server is None or not server.alive():
         if len(_servers) >= _MAX_SERVERS:  # the oldest goes

@@ -67,11 +67,12 @@ def test_exit_status_errors_and_shutdown_are_a_processes(tmp_path):
 
 def test_modules_run_with_their_arguments(tmp_path):
     module = tmp_path / "echo_args.py"
-    module.write_text("import json, sys\nprint(json.dumps([__name__, sys.argv[1:]]))\n")
-    proc = preloaded_python.run([sys.executable, "-m", "echo_args", "x", "--y"],
-                                _env(PYTHONPATH=str(tmp_path)), REPO, timeout=120)
+    module.write_text("import json, os, sys\n"
+                      "print(json.dumps([__name__, sys.argv[1:], sys.path[0], os.getcwd()]))\n")
+    proc = preloaded_python.run([sys.executable, "-m", "echo_args", "x", "--y"], _env(),
+                                tmp_path, timeout=120)  # found as python -m finds it: in cwd
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == ["__main__", ["x", "--y"]]
+    assert json.loads(proc.stdout) == ["__main__", ["x", "--y"], str(tmp_path), str(tmp_path)]
 
 
 def test_a_command_past_its_timeout_is_killed_with_its_children(tmp_path):
@@ -80,7 +81,7 @@ def test_a_command_past_its_timeout_is_killed_with_its_children(tmp_path):
             "print(child.pid, flush=True)\n"
             "time.sleep(300)\n")
     with pytest.raises(subprocess.TimeoutExpired) as raised:
-        _code(code, timeout=8)
+        _code(code, timeout=2)
     grandchild = int(raised.value.output.split()[0])
     # The group was killed: the grandchild is gone once reaped by init (poll briefly).
     import time
@@ -100,12 +101,13 @@ def test_a_command_past_its_timeout_is_killed_with_its_children(tmp_path):
 
 
 def test_other_environments_other_backends_and_opt_outs_take_their_own_process():
+    env = _env()
+    assert preloaded_python.server_key(env) == preloaded_python.server_key(
+        dict(env, PYTEST_CURRENT_TEST="another test"))
+    assert preloaded_python.server_key(env) != preloaded_python.server_key(
+        dict(env, TFLM_SOMETHING_READ_AT_IMPORT="1"))  # another server
     probe = "import os; print(os.getppid())"
-    base = int(_code(probe, timeout=120).stdout)
-    other = int(_code(probe, env=_env(TFLM_SOMETHING_READ_AT_IMPORT="1"), timeout=120).stdout)
-    assert other != base  # a server of its own
-    fresh = int(_code(probe, fresh=True, timeout=120).stdout)
-    assert fresh == os.getpid()  # our own child
-    tensorflow = int(_code(probe, env=dict(_env(), KERAS_BACKEND="tensorflow"),
-                           timeout=120).stdout)
-    assert tensorflow == os.getpid()
+    assert int(_code(probe, timeout=120).stdout) != os.getpid()  # served
+    assert int(_code(probe, fresh=True, timeout=120).stdout) == os.getpid()  # our own child
+    tensorflow = dict(env, KERAS_BACKEND="tensorflow")
+    assert int(_code(probe, env=tensorflow, timeout=120).stdout) == os.getpid()
