@@ -204,3 +204,16 @@ def test_readme_transcripts_print_what_the_readme_shows(tmp_path, monkeypatch, c
             printed = without_native_log_lines(captured.out + captured.err).splitlines()
             problem = transcript_mismatch(expected, printed)
             assert problem is None, f"$ {command}: {problem}"
+
+
+def test_ci_runs_the_readmes_test_command():
+    """`.ci/run runs exactly this`: the README's test command, line for line, in .ci/run."""
+    readme = (REPO / "README.md").read_text()
+    command = re.search(r"```bash\n(python -m pip install -r requirements-dev\.txt.*)\n```",
+                        readme).group(1)
+    ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.lstrip().startswith("#")]
+    ran = [line for line in ci if line.startswith("python -m ")]
+    # .ci/run's installs are quiet (-q); the test command itself is the README's
+    assert [part.strip() for part in command.split("&&")] == [
+        line.replace("pip install -q ", "pip install ") for line in ran]
