@@ -4,24 +4,25 @@
 The tests run many snippets and test files under the JAX and PyTorch backends, each in a
 process of its own (`tests/backends.py`: Keras fixes its backend per process). Each such
 process used to import Keras, the backend, NumPy, SciPy, tflm and zoo before it did
-anything: 4-5 s with JAX and 6-9 s with PyTorch on CI's two cores, for about 150 processes
-a suite run. Here one server per test process and environment imports them, then forks for
-each command: the child starts from those modules as imported, with the caller's
-environment, working directory, `sys.argv` and `sys.path[0]`, its output in files, and
-ends as that command's process would (Python's normal shutdown: non-daemon threads joined,
-`atexit` handlers run, the exit status of `SystemExit` or 1 after a traceback). Nothing a
-command does reaches the server or the next command.
+anything: 9.8 s with JAX and 18.4 s with PyTorch beside a running suite on CI's two cores,
+for about 150 processes a suite run. Here one server per test process and environment
+imports them, then forks for each command: the child starts from those modules as
+imported, with the caller's environment, working directory, `sys.argv` and `sys.path[0]`,
+its output in files, and ends as that command's process would (Python's normal shutdown:
+non-daemon threads joined, `atexit` handlers run, the exit status of `SystemExit` or 1
+after a traceback). Nothing a command does reaches the server or the next command.
 
-What a fork does not give, and where the callers take a fresh process instead
-(`run(..., fresh=True)`, or `TFLM_TESTS_FRESH_PROCESSES=1` for every call):
+What stays as it was:
 
 - settings read at import time from the environment: the server is keyed by the whole
-  environment but the variables pytest sets per test, so another environment starts
-  another server;
-- a JAX backend started before the fork (never: the server checks that importing did not
-  start it, and serves nothing if it did; the children start their own);
-- TensorFlow, whose import starts thread pools a fork does not copy: TensorFlow commands
-  always run fresh.
+  environment but `PYTEST_CURRENT_TEST`, so another environment gets another server;
+- JAX's backend starts in each child: the server checks that importing did not start it,
+  and where it did (or the server does not start at all) that environment's commands run
+  in new processes;
+- commands under TensorFlow, and calls with `fresh=True` (code that tests what importing
+  does) or under `TFLM_TESTS_FRESH_PROCESSES=1`, run in a new process. TensorFlow is not
+  preloaded: a fork of it is the riskier kind (a hang costs CI its whole run), and many of
+  its commands' tests check the start-up itself.
 
 The protocol: the client writes one JSON request a line to the server's stdin (`argv`,
 `env`, `cwd`, `stdout` and `stderr` file paths); the server answers `{"pid": N}` when the
@@ -46,6 +47,7 @@ PRELOAD = {"jax": ["jax", "jax.numpy"], "torch": ["torch"]}
 COMMON = ["numpy", "scipy", "scipy.special", "keras", "pytest", "tflm", "zoo"]
 _VOLATILE = ("PYTEST_CURRENT_TEST",)  # changes every test; read by no import
 _servers = {}  # environment key -> _Server
+_unservable = set()  # environment keys whose server could not start
 _MAX_SERVERS = 3
 
 
@@ -140,15 +142,26 @@ def run(argv, env, cwd, timeout=None, fresh=False):
     backend = env.get("KERAS_BACKEND", "tensorflow")
     if (fresh or backend not in PRELOAD or os.environ.get(FRESH) == "1"
             or len(argv) < 3 or argv[0] != sys.executable or argv[1] not in ("-c", "-m")):
-        return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout)
+        return _fresh(argv, env, cwd, timeout)
     key = server_key(env)
     server = _servers.get(key)
     if server is None or not server.alive():
         if len(_servers) >= _MAX_SERVERS:  # the oldest goes
             _servers.pop(next(iter(_servers))).close()
-        server = _servers[key] = _Server(env, cwd)
+        if key not in _unservable:
+            try:
+                server = _servers[key] = _Server(env, cwd)
+            except RuntimeError:  # e.g. importing started JAX: this environment runs fresh
+                _servers.pop(key, None)
+                _unservable.add(key)
+        if key in _unservable:
+            return _fresh(argv, env, cwd, timeout)
     return server.run(argv, env, cwd, timeout)
+
+
+def _fresh(argv, env, cwd, timeout):
+    return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 # --- the server -------------------------------------------------------------------------

@@ -111,3 +111,15 @@ def test_other_environments_other_backends_and_opt_outs_take_their_own_process()
     assert int(_code(probe, fresh=True, timeout=120).stdout) == os.getpid()  # our own child
     tensorflow = dict(env, KERAS_BACKEND="tensorflow")
     assert int(_code(probe, env=tensorflow, timeout=120).stdout) == os.getpid()
+
+
+def test_an_environment_whose_server_does_not_start_runs_fresh(monkeypatch):
+    def refuse(env, cwd):
+        raise RuntimeError("the preloaded interpreter did not start")
+    monkeypatch.setattr(preloaded_python, "_Server", refuse)
+    env = _env(TFLM_NO_SERVER_FOR_THIS="1")
+    monkeypatch.setattr(preloaded_python, "_unservable", set())
+    probe = "import os; print(os.getppid())"
+    for _ in range(2):  # the second call does not try again
+        assert int(_code(probe, env=env, timeout=120).stdout) == os.getpid()
+    assert preloaded_python._unservable == {preloaded_python.server_key(env)}
