@@ -144,17 +144,18 @@ def run(argv, env, cwd, timeout=None, fresh=False):
             or len(argv) < 3 or argv[0] != sys.executable or argv[1] not in ("-c", "-m")):
         return _fresh(argv, env, cwd, timeout)
     key = server_key(env)
+    if key in _unservable:
+        return _fresh(argv, env, cwd, timeout)
     server = _servers.get(key)
     if server is None or not server.alive():
-        if len(_servers) >= _MAX_SERVERS:  # the oldest goes
+        if server is not None:  # it ended: its place is this key's
+            _servers.pop(key).close()
+        elif len(_servers) >= _MAX_SERVERS:  # the oldest goes
             _servers.pop(next(iter(_servers))).close()
-        if key not in _unservable:
-            try:
-                server = _servers[key] = _Server(env, cwd)
-            except RuntimeError:  # e.g. importing started JAX: this environment runs fresh
-                _servers.pop(key, None)
-                _unservable.add(key)
-        if key in _unservable:
+        try:
+            server = _servers[key] = _Server(env, cwd)
+        except RuntimeError:  # e.g. importing started JAX: this environment runs fresh
+            _unservable.add(key)
             return _fresh(argv, env, cwd, timeout)
     return server.run(argv, env, cwd, timeout)
 
@@ -201,6 +202,7 @@ def _become(request):
     os.setpgid(0, 0)  # a timed-out client kills the group
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
+    os.close(null)
     for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(f, fd)

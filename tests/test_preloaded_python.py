@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -24,7 +25,7 @@ def _code(code, env=None, **kwargs):
     return preloaded_python.run([sys.executable, "-c", code], env or _env(), REPO, **kwargs)
 
 
-def test_commands_run_in_forks_of_one_server_and_share_nothing(tmp_path):
+def test_commands_run_in_forks_of_one_server_and_share_nothing():
     first = _code("import os, sys, json, tflm, jax\n"
                   "from zoo.runtime.allocator import jax_backend_started\n"
                   "tflm.MARK = 1\n"
@@ -84,7 +85,6 @@ def test_a_command_past_its_timeout_is_killed_with_its_children(tmp_path):
         _code(code, timeout=2)
     grandchild = int(raised.value.output.split()[0])
     # The group was killed: the grandchild is gone once reaped by init (poll briefly).
-    import time
     for _ in range(50):
         try:
             os.kill(grandchild, 0)
@@ -114,7 +114,10 @@ def test_other_environments_other_backends_and_opt_outs_take_their_own_process()
 
 
 def test_an_environment_whose_server_does_not_start_runs_fresh(monkeypatch):
+    tried = []
+
     def refuse(env, cwd):
+        tried.append(env)
         raise RuntimeError("the preloaded interpreter did not start")
     monkeypatch.setattr(preloaded_python, "_Server", refuse)
     env = _env(TFLM_NO_SERVER_FOR_THIS="1")
@@ -123,3 +126,4 @@ def test_an_environment_whose_server_does_not_start_runs_fresh(monkeypatch):
     for _ in range(2):  # the second call does not try again
         assert int(_code(probe, env=env, timeout=120).stdout) == os.getpid()
     assert preloaded_python._unservable == {preloaded_python.server_key(env)}
+    assert len(tried) == 1
