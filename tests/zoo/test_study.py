@@ -251,14 +251,26 @@ def _study_command(study, out, *extra, env=None):
                           text=True, timeout=900, env=env)
 
 
-def test_a_study_runs_on_ray_clusters_and_resumes_without_retraining(tmp_path):
+def _study_main(capsys, study, out, *extra):
+    """`zoo.study`'s main in this process (a fresh command line costs about 8 s of
+    TensorFlow import here): what a check of its output needs, where the command line
+    itself is tested by `_study_command` beside it. Returns (exit code, stdout, stderr)."""
+    from zoo import study as command
+    capsys.readouterr()
+    code = command.main([str(study), "--scale", "smoke", "--out", str(out), *extra])
+    printed = capsys.readouterr()
+    return code, printed.out, printed.err
+
+
+def test_a_study_runs_on_ray_clusters_and_resumes_without_retraining(tmp_path, capsys):
     """A plain arm and a searched one on a local cluster of the study's own: the search's
     two draws train first, then two seeds of each arm, the searched arm's with the draw of
     lowest validation perplexity, all in one Ray session (`engine.one_session`); the same
     command again trains nothing. The local cluster is started beside a running two-node
     one (what the README's `ray start --head` / `ray start --address` gives, made by Ray's
     test utility: two raylets on this machine, one CPU each), which a study joins with
-    `--address`, with no change to the study."""
+    `--address`, with no change to the study. The first run is the command line; the join,
+    the run again and the refusal call its main in this process."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
     study = _searched(tmp_path)
@@ -282,8 +294,9 @@ def test_a_study_runs_on_ray_clusters_and_resumes_without_retraining(tmp_path):
         local = set(ray_tmp.glob("**/session_2*")) - running
         (tmp_path / "small").mkdir()
         small = _study(tmp_path / "small", arms={"a": {"preset": "synthetic"}}, published=[])
-        joined = _study_command(small, tmp_path / "j", "--address", cluster.address, env=env)
-        assert joined.returncode == 0, joined.stderr[-3000:]
+        code, _, err = _study_main(capsys, small, tmp_path / "j", "--address",
+                                   cluster.address)
+        assert code == 0, err[-3000:]
         after = set(ray_tmp.glob("**/session_2*")) - running - local
     finally:
         os.environ.pop("RAY_TMPDIR", None)
@@ -314,28 +327,29 @@ def test_a_study_runs_on_ray_clusters_and_resumes_without_retraining(tmp_path):
     assert f"Chosen: {best} (validation perplexity {valid[best]:.2f})" in table
     assert "| `model.dropout` |" in table and (out / "curves.png").stat().st_size > 0
     assert (out / "engine").is_dir()  # Tune's records: the trials ran on Ray
-    again = _study_command(study, out, "--workers", "2")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "4 done before, 0 to resume, 0 new" in again.stdout
+    code, printed, err = _study_main(capsys, study, out, "--workers", "2")
+    assert code == 0, err[-3000:]
+    assert "4 done before, 0 to resume, 0 new" in printed
     assert {r.name: (r / "metrics.json").stat().st_mtime_ns for r in runs + searched} == stamps
-    other = _study_command(study, out, "--seeds", "1")
-    assert other.returncode == 2 and "resume it with its own command" in other.stderr
+    code, _, err = _study_main(capsys, study, out, "--seeds", "1")
+    assert code == 2 and "resume it with its own command" in err
 
 
-def test_a_missing_corpus_or_engine_stops_before_any_trial(tmp_path):
+def test_a_missing_corpus_or_engine_stops_before_any_trial(tmp_path, capsys, monkeypatch):
+    """In this process: no corpus where TFLM_DATA_DIR points, and a Ray that cannot be
+    imported (None in sys.modules makes `import ray` raise ImportError, as where the extra
+    is not installed)."""
     study = _study(tmp_path, arms={"a": {"preset": "awd_lstm_ptb"}}, published=[],
                    scales={"smoke": {"seeds": [1, 2], "set": {"training.epochs": 1}}})
-    env = dict(os.environ, TFLM_DATA_DIR=str(tmp_path / "empty"))
-    result = _study_command(study, tmp_path / "s", env=env)
-    assert result.returncode == 2 and "ptb" in result.stderr.lower()
+    monkeypatch.setenv("TFLM_DATA_DIR", str(tmp_path / "empty"))
+    code, _, err = _study_main(capsys, study, tmp_path / "s")
+    assert code == 2 and "ptb" in err.lower()
     assert not (tmp_path / "s" / "trials").exists()
-    blocked = tmp_path / "blocked"
-    (blocked / "ray").mkdir(parents=True)
-    (blocked / "ray" / "__init__.py").write_text("raise ImportError('no ray here')\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(blocked), str(REPO), os.environ.get("PYTHONPATH")])))
-    result = _study_command(_study(tmp_path), tmp_path / "t", env=env)
-    assert result.returncode == 2 and "pip install 'tflm[study]'" in result.stderr
+    monkeypatch.undo()
+    monkeypatch.setitem(sys.modules, "ray", None)
+    code, _, err = _study_main(capsys, _study(tmp_path), tmp_path / "t")
+    assert code == 2 and "pip install 'tflm[study]'" in err
+    assert not any((tmp_path / "t" / "trials").iterdir())
 
 
 @pytest.mark.slow

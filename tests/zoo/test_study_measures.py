@@ -3,6 +3,7 @@ a finished trial measured by the analysis commands, checked against NumPy; measu
 (a study run again measures only what is missing); the rank-against-perplexity
 correlation, the normalized spectra and the win counts against hand computation."""
 
+import importlib
 import json
 
 import numpy as np
@@ -41,7 +42,28 @@ def _benchmarks(folder, words):
     return folder
 
 
+def _tools_in_process(monkeypatch, child=("tools.rank",)):
+    """Each measure's command runs through its own `main` in this process (a fresh
+    TensorFlow child costs about 7 s here), except those of `child`, which keep the real
+    `python -m` child that a study runs, so that path and its exit-code check stay tested.
+    Returns the commands each took: {"child": [...], "in_process": [...]}."""
+    real = measures._run_tool
+    taken = {"child": [], "in_process": []}
+
+    def run_tool(args, what):
+        if args[0] in child:
+            taken["child"].append(args[0])
+            return real(args, what)
+        taken["in_process"].append(args[0])
+        code = importlib.import_module(args[0]).main(list(args[1:]))
+        if code:
+            raise UserError(f"measure {what}: {args[0]} failed (exit {code})")
+    monkeypatch.setattr(measures, "_run_tool", run_tool)
+    return taken
+
+
 def test_a_finished_trial_is_measured_once_as_numpy_computes_it(tmp_path, monkeypatch):
+    taken = _tools_in_process(monkeypatch)
     study = _study(tmp_path)
     trial = plan(study, "smoke")[0]
     path = tmp_path / "trials" / trial.name
@@ -55,6 +77,8 @@ def test_a_finished_trial_is_measured_once_as_numpy_computes_it(tmp_path, monkey
         "state": "finished", "error": ""}
     found = measures.read_measures(path)
     assert set(found) == set(study["measures"])
+    assert taken == {"child": ["tools.rank"], "in_process": [
+        "tools.qmatrix", "tools.word_similarity", "tools.embeddings"]}
     assert not (path / "measures" / "q_test.npy").exists()  # Q deleted, its spectrum kept
 
     # the rank: Q exported again in-process, its SVD in NumPy, Press's threshold
@@ -153,3 +177,10 @@ def test_the_rank_takes_the_theses_contexts(tmp_path, corpus, rows):
     """PTB's Q: every test context; WikiText-2's: the first 33,320 (thesis §4.3.3)."""
     (tmp_path / "config.json").write_text(json.dumps({"corpus": corpus}))
     assert measures.rank_rows(tmp_path) == rows
+
+
+def test_a_failing_measure_command_is_one_user_error_with_its_last_line(tmp_path):
+    missing = tmp_path / "missing.npy"
+    with pytest.raises(UserError, match=r"measure rank: tools\.rank failed \(exit 2\): "
+                                        r"tools\.rank: error: .*missing\.npy"):
+        measures._run_tool(["tools.rank", str(missing)], "rank")

@@ -184,7 +184,10 @@ def _cli(args, kill_after_checkpoint=False):
                           capture_output=True, text=True, timeout=600)
 
 
-def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
+def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, capsys):
+    """Killed after its first epoch's checkpoint, the run resumes to the uninterrupted
+    run's figures; the command again without --resume is refused (in this process: it
+    checks the refusal, not a start)."""
     args = ["--epochs", "3", *TINY, "--set", "model.dropout=0.2",
             "--set", "model.weight_dropout=0.3"]
     full = _cli([*args, "--out", str(tmp_path / "full")])
@@ -194,8 +197,9 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
     assert not (tmp_path / "cut" / "metrics.json").exists()
     state = json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())
     assert state["epoch"] == 1
-    again = _cli([*args, "--out", str(tmp_path / "cut")])
-    assert again.returncode == 2 and "--resume" in again.stderr
+    capsys.readouterr()
+    assert train.main([*args, "--out", str(tmp_path / "cut")]) == 2
+    assert "--resume" in capsys.readouterr().err
     resumed = _cli(["--resume", str(tmp_path / "cut"), "--quiet"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a = json.loads((tmp_path / "full" / "metrics.json").read_text())
