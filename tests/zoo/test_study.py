@@ -341,11 +341,11 @@ def test_a_missing_corpus_or_engine_stops_before_any_trial(tmp_path, capsys, mon
     is not installed)."""
     study = _study(tmp_path, arms={"a": {"preset": "awd_lstm_ptb"}}, published=[],
                    scales={"smoke": {"seeds": [1, 2], "set": {"training.epochs": 1}}})
-    monkeypatch.setenv("TFLM_DATA_DIR", str(tmp_path / "empty"))
-    code, _, err = _study_main(capsys, study, tmp_path / "s")
+    with monkeypatch.context() as patch:
+        patch.setenv("TFLM_DATA_DIR", str(tmp_path / "empty"))
+        code, _, err = _study_main(capsys, study, tmp_path / "s")
     assert code == 2 and "ptb" in err.lower()
     assert not (tmp_path / "s" / "trials").exists()
-    monkeypatch.undo()
     monkeypatch.setitem(sys.modules, "ray", None)
     code, _, err = _study_main(capsys, _study(tmp_path), tmp_path / "t")
     assert code == 2 and "pip install 'tflm[study]'" in err

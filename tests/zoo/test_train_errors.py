@@ -297,10 +297,9 @@ def test_a_new_run_folder_holding_a_checkpoint_is_kept_on_ctrl_c(tmp_path):
 def pythons_sigint():
     """SIGINT set to Python's own handler for the test (a test run before it in the same
     worker may have left another one, which made this test skip), put back afterwards."""
-    import signal as signals
-    before = signals.signal(signals.SIGINT, signals.default_int_handler)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
-    signals.signal(signals.SIGINT, before)
+    signal.signal(signal.SIGINT, before)
 
 
 def test_a_ctrl_c_while_training_waits_for_a_safe_point_and_a_second_one_does_not(
