@@ -12,25 +12,29 @@ its own cap), so a slow stage costs the ones after it and never the call; a stag
 or runs out of time is reported as such and the next one starts. By default
 (`DEFAULT_STAGES`), what issue 41 has not measured yet:
 
-1. `mos-profile`: `bench.training.step_profile` for `awd_lstm_mos_ptb` at its own size,
+1. `spe`: `bench.training.steps_per_execution` at the AWD-LSTM preset's size on JAX: k = 8
+   windows in one compiled scan (`tflm.backends.scanned_steps`) against one dispatch a
+   window, the same windows, interleaved epochs: what the host's work between dispatches
+   costs a latency-bound step.
+2. `mos-profile`: `bench.training.step_profile` for `awd_lstm_mos_ptb` at its own size,
    tflm on JAX against zihangdai/mos main.py's step (without its per-batch `gc.collect()`):
    where each step's time goes, kernels, idle share, memory.
-2. `torch`: the same for `awd_lstm_ptb`, Keras on PyTorch against salesforce main.py's step:
+3. `torch`: the same for `awd_lstm_ptb`, Keras on PyTorch against salesforce main.py's step:
    the "Keras on PyTorch >= 1.0x" target at the preset's size.
-3. `torch-base`: Keras on PyTorch again, from `--carried/tree-base/` (a copy of tflm's tree
+4. `torch-base`: Keras on PyTorch again, from `--carried/tree-base/` (a copy of tflm's tree
    at the commit before a change, e.g. `git archive BASE | tar -x -C .device/tree-base`),
    run from that tree: the change's A/B in one session. Left out where no tree is carried.
-4. `mos`: `bench.reproductions.reference_curves` for `awd_lstm_mos_ptb` on the first 150,000
+5. `mos`: `bench.reproductions.reference_curves` for `awd_lstm_mos_ptb` on the first 150,000
    words of PTB (1 epoch, seeds 141 and 142; main.py's ms/batch every 20 batches) against
    zihangdai/mos's main.py with its per-batch `gc.collect()` skipped (`--reference-gc off`,
    the stricter comparison: the collections are no arithmetic): training words/s once warm
    (the steps after the first) and the GPU allocators' peaks. (The 60,000 words of the
    session of 2026-11-28 gave 72 warm steps, too few: seeds 37,259 / 47,859 words/s.)
-5. `torch-train`: `reference_curves` for `awd_lstm_ptb` with Keras on PyTorch, one epoch on
+6. `torch-train`: `reference_curves` for `awd_lstm_ptb` with Keras on PyTorch, one epoch on
    the first 200,000 words of PTB (seeds 141 and 142) against salesforce's main.py:
    `zoo.train`'s own loop (its batch hooks on Keras' worker thread, no wait at a step's
    end), training words/s once warm and the allocators' peaks.
-6. `bf16` and `f32`: `zoo.train` for `awd_lstm_ptb` on JAX, 2 epochs of the full PTB, seed
+7. `bf16` and `f32`: `zoo.train` for `awd_lstm_ptb` on JAX, 2 epochs of the full PTB, seed
    141, under `mixed_bfloat16` and then float32: the mixed-precision target's speed and
    perplexities side by side in one session (last measured before the device-padding fix,
    against the `curves` stage's float32 run).
@@ -144,6 +148,11 @@ def stages(work, carried, small):
             "--precision", precision, "--set", "training.epochs=2",
             "--out", str(work / name / "run"), *tiny, *cut_corpus], REPO)
            for name, precision in (("bf16", "mixed_bfloat16"), ("f32", "float32"))},
+        "spe": (150, jax, [
+            py, "-m", "bench.training.steps_per_execution", "--sizes",
+            "tiny" if small else "preset", "--k", "8", "--windows", "16" if small else "240",
+            "--repeats", "1" if small else "3", "--device", device, "--no-publish",
+            "--json", str(work / "spe" / "steps_per_execution.json")], REPO),
         **{f"pad-{n}": (70, jax, [*profile, "--preset", "awd_lstm_ptb", "--backends", "jax",
                                   "--set", f"training.pad_to_multiple={n}",
                                   "--out", str(work / f"pad-{n}"), *tiny], REPO)
@@ -151,15 +160,17 @@ def stages(work, carried, small):
     }
 
 
-# What the next lent GPU measures first (issue 41): the MoS step against zihangdai/mos's,
-# Keras on PyTorch at the AWD-LSTM preset's size against main.py's step (and against the
+# What the next lent GPU measures first (issue 41): steps_per_execution 8 against 1 at the
+# AWD-LSTM preset's size (the windows of a dispatch in one scan: the host's share of the
+# 16.9 ms a step, of which the GPU was busy 12.5, is what it saves), then the MoS step
+# against zihangdai/mos's, Keras on PyTorch at the AWD-LSTM preset's size against main.py's step (and against the
 # base tree's, where one is carried: the A/B of a change), a longer warm MoS run, then
 # Keras on PyTorch in `zoo.train`'s own loop.
 # `curves` and the `pad-*` stages ran in the sessions of 2026-11-28 (results/gpu_session.md).
 # Then, where time is left, mixed_bfloat16 against float32 in zoo.train (2 epochs each, seed
 # 141): not measured since the device-padding fix.
-DEFAULT_STAGES = ("info", "mos-profile", "torch", "torch-base", "mos", "torch-train", "bf16",
-                  "f32")
+DEFAULT_STAGES = ("info", "spe", "mos-profile", "torch", "torch-base", "mos", "torch-train",
+                  "bf16", "f32")
 
 
 INFO = """
@@ -363,6 +374,14 @@ def report(folder):
         rows.append(("AWD-LSTM: training programs compiled per epoch (`train_step_traces`)",
                      "; ".join(f"seed {seed}: {' / '.join(map(str, v))}"
                                for seed, v in traces.items()), None))
+    spe = _json(folder / "spe" / "steps_per_execution.json") or {}
+    for size, r in spe.get("results", {}).items():  # "preset"; "tiny" from --small
+        rows.append((f"AWD-LSTM {size} size: steps_per_execution {spe['k']} (one scan a "
+                     "dispatch) against 1 (JAX, same windows)",
+                     f"{r['one'] * 1000:.2f} / {r['k'] * 1000:.2f} ms a window = "
+                     f"{r['one'] / r['k']:.2f}x; first epoch (compiles) "
+                     f"{r['first_one']:.1f} / {r['first_k']:.1f} s; weights within "
+                     f"{r['diff']:.1e}", None))
     pads = {n: _json(folder / f"pad-{n}" / "step_profile.json") for n in (72, 88)}
     if all(pads.values()):
         (short,), (long,) = (pads[n]["rows"] for n in (72, 88))

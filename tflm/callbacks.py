@@ -31,7 +31,8 @@ class WordsPerSecond(keras.callbacks.Callback):
                              excluded, as salesforce/awd-lstm-lm's ms/batch excludes it)
         train_seconds        epoch begin -> the end of the last training batch
         first_step_seconds   epoch begin -> the end of the first batch (tracing / compiling
-                             the step lands here on TensorFlow and JAX)
+                             the step lands here on TensorFlow and JAX; the first k
+                             batches with `steps_per_execution` k)
         train_steps          the training batches of the epoch
         validation_seconds   `fit`'s validation pass (0 without validation data)
         epoch_seconds        epoch begin -> epoch end (all of the above)
@@ -61,7 +62,11 @@ class WordsPerSecond(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         with self._lock:  # so the last call sets the end of the loop
             self._last_batch = time.perf_counter()
-            self._steps += 1
+            # with steps_per_execution k a call ends k batches (`batch` is the last one's
+            # index; past the epoch's end in its last, shorter group)
+            steps = (self.params or {}).get("steps")
+            self._steps = max(self._steps, batch + 1 if steps is None else min(batch + 1,
+                                                                               steps))
             if self._first is None:
                 self._first = self._last_batch - self._start
 

@@ -41,3 +41,23 @@ def test_without_validation_the_loop_is_the_epoch():
                         callbacks=[WordsPerSecond(tokens_per_epoch=16)])
     assert history.history["validation_seconds"] == [0.0]
     assert history.history["train_seconds"][0] <= history.history["epoch_seconds"][0]
+
+
+def test_steps_per_execution_counts_batches_not_calls():
+    """With `steps_per_execution` 3 a hook ends 3 batches (`batch`: the last one's index,
+    past the epoch's 8 batches in its last group of 2): still 8 training steps."""
+    x = np.zeros((64, 4), "float32")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=3)
+
+    class Calls(keras.callbacks.Callback):
+        ends = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.ends.append(batch)
+
+    calls = Calls()
+    history = model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0,
+                        callbacks=[WordsPerSecond(tokens_per_epoch=64), calls])
+    assert calls.ends == [2, 5, 8]
+    assert history.history["train_steps"] == [8]

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.backends import run_in_backend
 from tests.conftest import REPO
 from zoo import train
 from zoo.runs.builders import pad_to_multiple
@@ -114,6 +115,8 @@ def test_the_final_model_is_evaluated_when_asked(tmp_path, capsys):
     (["--set", "training.optimizer=rmsprop"], "unknown optimizer"),
     (["--set", "nonsense"], "key=value"),
     (["--set", "training.pad_to_multiple=0"], "pad_to_multiple must be a positive integer"),
+    (["--set", "training.steps_per_execution=0"],
+     "steps_per_execution must be a positive integer"),
 ])
 def test_bad_input_is_one_line_error(args, message, tmp_path, capsys):
     code = train.main([*args, "--out", str(tmp_path / "r"), *TINY])
@@ -303,3 +306,24 @@ def test_regularizers_by_set_then_finetune_without_noise(tmp_path, capsys):
     assert train.main(["--out", str(tmp_path / "bad"), *TINY,
                        "--set", "training.partial_shuffle=3"]) == 2
     assert "partial_shuffle" in capsys.readouterr().err
+
+
+def test_steps_per_execution_trains_as_single_steps_on_jax():
+    """`training.steps_per_execution` 4 (JAX: 4 windows a compiled scan,
+    `tflm.backends.scanned_steps`) gives the perplexities and step counts of 1."""
+    out = run_in_backend("jax", f"""
+        import json, pathlib, tempfile
+        from zoo import train
+        folder = pathlib.Path(tempfile.mkdtemp())
+        runs = {{}}
+        for k in (1, 4):
+            assert train.main(["--epochs", "1", "--out", str(folder / str(k)), *{TINY!r},
+                               "--set", f"training.steps_per_execution={{k}}"]) == 0
+            runs[k] = json.loads((folder / str(k) / "metrics.json").read_text())
+        print(json.dumps(runs))
+    """)
+    runs = json.loads(out.strip().splitlines()[-1])
+    one, four = runs["1"], runs["4"]
+    assert four["valid_perplexity"] == pytest.approx(one["valid_perplexity"], rel=1e-6)
+    assert four["test_perplexity"] == pytest.approx(one["test_perplexity"], rel=1e-6)
+    assert four["history"][0]["train_steps"] == one["history"][0]["train_steps"] > 4

@@ -10,6 +10,9 @@ shape (`tflm.backends.jax_streams`), so it enters the jitted step as part of
 `non_trainable` and leaves it updated, like a BatchNormalization statistic. A different
 window length T retraces the step once per distinct T (jit specializes on shapes): pad the
 windows to a multiple of 4 (`lm_dataset(..., pad_to_multiple=4)`) to compile a few programs.
+With `model.pad_to_compiled_lengths`, `compile(steps_per_execution=k)` runs k windows in one
+compiled scan and one dispatch (`tflm.backends.scanned_steps`), where Keras' own loop would
+dispatch each step.
 
 Distributed JAX training (`keras.distribution`) is not covered: the gradient is the local
 one and clipping would be per shard.
@@ -20,7 +23,8 @@ import weakref
 import jax
 import keras
 
-from tflm.backends import compiled_lengths, jax_lstm, jax_target_log_probs, jax_threefry
+from tflm.backends import (compiled_lengths, jax_lstm, jax_target_log_probs, jax_threefry,
+                           scanned_steps)
 from tflm.backends.base import Backend, states_or_zeros, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 from tflm.backends.jax_streams import JaxStreamState
@@ -59,31 +63,40 @@ class JaxBackend(Backend):
     def make_train_function(self, model, make, force=False):
         """Keras' jitted training function; with `model.pad_to_compiled_lengths` its
         windows padded to lengths compiled already where that costs less than a compile
-        (`tflm.backends.compiled_lengths`)."""
+        (`tflm.backends.compiled_lengths`), and with `steps_per_execution` k > 1 too, k
+        steps in one program and one dispatch (`tflm.backends.scanned_steps`)."""
         before = model.train_function
         result = make(force)
-        self._pad_steps(model, "train_function", before)
+        self._pad_steps(model, "train_function", before, model.train_step)
         return result
 
     def make_test_function(self, model, make, force=False):
-        """Keras' jitted evaluation function, padded as `make_train_function`'s."""
+        """Keras' jitted evaluation function, padded (and scanned) as
+        `make_train_function`'s."""
         before = model.test_function
         result = make(force)
-        self._pad_steps(model, "test_function", before)
+        self._pad_steps(model, "test_function", before, model.test_step)
         return result
 
     @staticmethod
-    def _pad_steps(model, attribute, before):
+    def _pad_steps(model, attribute, before, step):
         function = getattr(model, attribute)
         if (function is None or function is before
                 or not getattr(model, "pad_to_compiled_lengths", False)
-                or model.steps_per_execution != 1 or model.run_eagerly or not model.jit_compile):
+                or model.run_eagerly or not model.jit_compile):
             return
         shortest = getattr(model, "shortest_compiled_length", None) if attribute == \
             "train_function" else None
-        setattr(model, attribute, compiled_lengths.padding_steps(
-            function, compiled_lengths.CompiledLengths(shortest), jax.block_until_ready,
-            PAD_ID))
+        lengths = compiled_lengths.CompiledLengths(shortest)
+        if model.steps_per_execution == 1:
+            function = compiled_lengths.padding_steps(function, lengths,
+                                                      jax.block_until_ready, PAD_ID)
+        elif keras.distribution.distribution() is None:
+            function = scanned_steps.scanned_steps(step, model.steps_per_execution, lengths,
+                                                   jax.block_until_ready, PAD_ID)
+        else:  # its shardings are Keras' business: Keras' loop of single steps
+            return
+        setattr(model, attribute, function)
 
     def make_stream_state(self, sizes):
         return JaxStreamState(sizes)

@@ -40,7 +40,8 @@ def _epoch_list(value):
 
 # (fields, test, what the value must be): the numbers a run reads from its configuration.
 _TRAINING_RULES = (
-    (("batch_size", "eval_batch_size", "test_batch_size", "bptt", "epochs", "nonmono"),
+    (("batch_size", "eval_batch_size", "test_batch_size", "bptt", "epochs", "nonmono",
+      "steps_per_execution"),
      lambda v: is_integer(v) and v >= 1, "a positive integer"),
     (("seed",), is_integer, "an integer"),
     (("switch_epoch", "histograms"), lambda v: is_integer(v) and v >= 0, "an integer >= 0"),
@@ -163,7 +164,8 @@ class TrainingSettings:
     length), fixed_windows (every training window bptt long: TensorFlow's PTB tutorial),
     partial_shuffle (Press 2019), pad_to_multiple (None: 4 on JAX, else 1),
     pad_to_compiled_lengths (JAX), eval_window ("auto", "bptt" or a length),
-    xla_evaluation ("auto", true, false).
+    xla_evaluation ("auto", true, false), steps_per_execution (Keras' `compile` argument:
+    the windows a dispatch runs; on JAX in one program, `tflm.backends.scanned_steps`).
     Optimisation: optimizer ("sgd", "asgd", "adam"; adam_beta_1, default 0.9), lr,
     learning_rate_multipliers,
     clip_norm, weight_decay, loss_reduction, flooding_level; averaging switch ("nonmono",
@@ -186,6 +188,7 @@ class TrainingSettings:
     pad_to_compiled_lengths: bool = True
     eval_window: object = "auto"
     xla_evaluation: object = "auto"
+    steps_per_execution: int = 1
     optimizer: str = "sgd"
     adam_beta_1: float = 0.9
     lr: float = 30.0

@@ -233,7 +233,8 @@ class TrainingRun:
             self.model, state = checkpoint.load_checkpoint(self.out, fingerprint)
             return state
         self.model = model = build_model(self.settings, len(self.vocabulary))
-        model.compile(optimizer=make_optimizer(self.training))
+        model.compile(optimizer=make_optimizer(self.training),
+                      steps_per_execution=self.training.steps_per_execution)
         model.build((None, None))
         set_training_word_counts(model, self.corpus.train, len(self.vocabulary))
         if init_from:

@@ -1,0 +1,131 @@
+"""Several training (or evaluation) steps in one compiled program and one dispatch (JAX).
+
+Keras' JAX trainer runs `compile(steps_per_execution=k)` as a Python loop that calls the
+jitted one-step program k times, so the host still dispatches every step. On a GPU a
+batch-20 AWD-LSTM step is latency-bound: issue 41's lent H200 was busy 12.5 ms of the 16.9
+ms `zoo.train` took a step (`bench/results/gpu_session.md`), the rest the host's work
+between dispatches. `scanned_steps` runs the k steps inside one program instead,
+
+    (logs, state) = scan(step, state, windows[0..k-1])     one jax.jit, one dispatch
+
+with the k windows padded to one length (`tflm.backends.compiled_lengths`: positions
+holding `PAD_ID`, masked out of everything by `tflm.LanguageModel`) and stacked on a new
+leading axis. The last group of an epoch may hold fewer than k windows: its empty slots
+run on all-`PAD_ID` windows and their results are dropped (`jnp.where` on the slot's
+flag), so one program serves every group, and the state and the logs are those of the
+last real window. A window of `PAD_ID` only costs little where the LSTM and output layer
+stop at a window's last real position (JAX's: `extent_loop`, `jax_target_log_probs`).
+
+The updates are those of k single steps in order (the same state flows from window to
+window: weights, optimizer slots, carried LSTM state, seed generator, metrics);
+`tests/tflm/backends/test_scanned_steps.py` checks the weights against k single steps.
+Callbacks then see a batch end every k windows, as with Keras' own `steps_per_execution`.
+"""
+
+import time
+
+import numpy as np
+
+from tflm.backends.compiled_lengths import _pad, _window
+
+
+def _stack(batches, slots, pad_id):
+    """`(x, y[, w])` of `slots` windows stacked on a new axis 0: the `batches` (of one
+    length), then all-`pad_id` windows (targets and weights 0) for the empty slots."""
+    x = batches[0][0]
+    if isinstance(x, np.ndarray):
+        xp = np
+    else:
+        import jax.numpy as xp  # deferred: device arrays are JAX's
+    stacked = []
+    for i, first in enumerate(batches[0]):
+        if first is None:
+            stacked.append(None)
+            continue
+        parts = [b[i] for b in batches]
+        fill = pad_id if i == 0 else 0
+        parts += [xp.full(first.shape, fill, first.dtype)] * (slots - len(batches))
+        stacked.append(xp.stack(parts))
+    return tuple(stacked)
+
+
+def _program(step, slots):
+    """`(state, windows, count) -> (logs, state)`: `step` over the `slots` stacked windows,
+    the results of the slots from `count` on dropped."""
+    import jax
+    import jax.numpy as jnp
+
+    def run(state, windows, count):
+        def body(state, xs):
+            window, slot = xs
+            logs, new_state = step(state, window)
+            keep = slot < count
+            new_state = jax.tree_util.tree_map(
+                lambda new, old: jnp.where(keep, new, old), new_state, state)
+            return new_state, logs
+
+        state, logs = jax.lax.scan(body, state, (windows, jnp.arange(slots)))
+        return jax.tree_util.tree_map(lambda each: each[count - 1], logs), state
+
+    return jax.jit(run, donate_argnums=0)
+
+
+class _Groups:
+    """Reads up to `slots` batches of an iterator and pads them to one length."""
+
+    def __init__(self, iterator, slots, lengths, pad_id):
+        self._iterator, self._slots = iterator, slots
+        self._lengths, self._pad_id = lengths, pad_id
+
+    def next_group(self):
+        """`(stacked windows, count, (key, length, compiles))`, or None at the end."""
+        batches = []
+        for _ in range(self._slots):
+            try:
+                batches.append(next(self._iterator))
+            except StopIteration:
+                break
+        if not batches:
+            return None
+        windows = [_window(b) for b in batches]
+        if any(w is None for w in windows) or len({w[0] for w in windows}) != 1:
+            raise ValueError(
+                "steps_per_execution > 1 on JAX stacks each group of batches into one "
+                "program, so every batch must be a tuple of token windows (x, y[, "
+                "sample_weight]) of one batch size; got "
+                f"{[type(b).__name__ for b in batches]} with windows {windows}. Use "
+                "steps_per_execution=1 for other data.")
+        key = ("steps", self._slots) + windows[0][0]
+        length, compiles = self._lengths.choose(key, max(w[1] for w in windows))
+        batches = [tuple(b) if w[1] == length else _pad(b, length, self._pad_id)
+                   for b, w in zip(batches, windows)]
+        return _stack(batches, self._slots, self._pad_id), len(batches), (key, length,
+                                                                          compiles)
+
+
+def scanned_steps(step, slots, lengths, block, pad_id):
+    """A Keras JAX step function `(state, iterator) -> (logs, state)` that reads `slots`
+    batches from the iterator and runs `step` `(state, batch) -> (logs, state)` on them in
+    one jitted scan; `lengths` (a `CompiledLengths`) chooses each group's length, `block`
+    waits for arrays (`jax.block_until_ready`, to time a program's first warm call)."""
+    program = _program(step, slots)
+
+    def function(state, iterator):
+        group = _Groups(iterator, slots, lengths, pad_id).next_group()
+        if group is None:
+            raise StopIteration
+        windows, count, (key, length, compiles) = group
+        measuring = not compiles and lengths.needs_measuring(key, length)
+        if measuring:
+            block(state)
+        start = time.perf_counter()
+        outputs = program(state, windows, np.int32(count))
+        if compiles:
+            lengths.compiled(key, length, time.perf_counter() - start)
+        elif measuring:
+            block(outputs)
+            lengths.measured(key, length, time.perf_counter() - start)
+        return outputs
+
+    function.lengths = lengths
+    return function
