@@ -308,10 +308,12 @@ def test_regularizers_by_set_then_finetune_without_noise(tmp_path, capsys):
     assert "partial_shuffle" in capsys.readouterr().err
 
 
-def test_steps_per_execution_trains_as_single_steps_on_jax():
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_steps_per_execution_trains_as_single_steps(backend):
     """`training.steps_per_execution` 4 (JAX: 4 windows a compiled scan,
-    `tflm.backends.scanned_steps`) gives the perplexities and step counts of 1."""
-    out = run_in_backend("jax", f"""
+    `tflm.backends.scanned_steps`; TensorFlow: Keras' loop in one function) gives the
+    perplexities and step counts of 1."""
+    out = run_in_backend(backend, f"""
         import json, pathlib, tempfile
         from zoo import train
         folder = pathlib.Path(tempfile.mkdtemp())

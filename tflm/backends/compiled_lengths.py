@@ -115,7 +115,7 @@ class CompiledLengths:
         return statistics.median(values) if values else None
 
 
-def _pad(batch, length, pad_id):
+def pad_batch(batch, length, pad_id):
     """`(x, y[, w])` with the time axis (1) padded at the end to `length`: NumPy arrays
     with NumPy, arrays on a device (JAX's) where they are, with `jnp.pad`."""
     x = batch[0]
@@ -140,7 +140,7 @@ def _is_array(a):
                 and type(a).__module__.startswith(("jax", "jaxlib"))))
 
 
-def _window(batch):
+def window_shape(batch):
     """`(shape key, length)` of a batch of token windows this module pads, else None."""
     if not isinstance(batch, (tuple, list)) or not batch:
         return None
@@ -166,7 +166,7 @@ class _PaddedBatches:
 
     def __next__(self):
         batch = next(self._iterator)
-        window = _window(batch)
+        window = window_shape(batch)
         if window is None:
             return batch
         key, length = window
@@ -174,7 +174,7 @@ class _PaddedBatches:
         if not compiles and self._lengths.needs_measuring(key, target):
             self._block(self._state)  # time this step alone
         self.ran = (key, target, compiles, time.perf_counter())
-        return batch if target == length else _pad(batch, target, self._pad_id)
+        return batch if target == length else pad_batch(batch, target, self._pad_id)
 
 
 def padding_steps(step_function, lengths, block, pad_id):

@@ -13,7 +13,7 @@ holding `PAD_ID`, masked out of everything by `tflm.LanguageModel`) and stacked 
 leading axis. The last group of an epoch may hold fewer than k windows: its empty slots
 run on all-`PAD_ID` windows and their results are dropped (`jnp.where` on the slot's
 flag), so one program serves every group, and the state and the logs are those of the
-last real window. A window of `PAD_ID` only costs little where the LSTM and output layer
+last real window. A window of `PAD_ID` alone costs little where the LSTM and output layer
 stop at a window's last real position (JAX's: `extent_loop`, `jax_target_log_probs`).
 
 The updates are those of k single steps in order (the same state flows from window to
@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from tflm.backends.compiled_lengths import _pad, _window
+from tflm.backends.compiled_lengths import pad_batch, window_shape
 
 
 def _stack(batches, slots, pad_id):
@@ -87,7 +87,7 @@ class _Groups:
                 break
         if not batches:
             return None
-        windows = [_window(b) for b in batches]
+        windows = [window_shape(b) for b in batches]
         if any(w is None for w in windows) or len({w[0] for w in windows}) != 1:
             raise ValueError(
                 "steps_per_execution > 1 on JAX stacks each group of batches into one "
@@ -97,7 +97,7 @@ class _Groups:
                 "steps_per_execution=1 for other data.")
         key = ("steps", self._slots) + windows[0][0]
         length, compiles = self._lengths.choose(key, max(w[1] for w in windows))
-        batches = [tuple(b) if w[1] == length else _pad(b, length, self._pad_id)
+        batches = [tuple(b) if w[1] == length else pad_batch(b, length, self._pad_id)
                    for b, w in zip(batches, windows)]
         return _stack(batches, self._slots, self._pad_id), len(batches), (key, length,
                                                                           compiles)

@@ -181,7 +181,7 @@ def test_batches_already_on_the_device_are_padded_there_too():
     one-batch-ahead `device_put`) and under a `keras.distribution`; those were passed on
     unpadded, so every window length compiled a program of its own. Under `DataParallel` on
     two host devices (the same path on a CPU), two epochs of random window lengths at the
-    covering length `zoo.train` sets compile one training program, and `_pad` pads a device
+    covering length `zoo.train` sets compile one training program, and `pad_batch` pads a device
     array on the device with the pad id and zeros."""
     out = run_in_backend("jax", """
         import os
@@ -189,11 +189,11 @@ def test_batches_already_on_the_device_are_padded_there_too():
         import json
         import jax, jax.numpy as jnp, keras, numpy as np
         from tflm import data, distribute
-        from tflm.backends.compiled_lengths import _pad, _window
+        from tflm.backends.compiled_lengths import pad_batch, window_shape
         from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
         x = jnp.arange(6, dtype=jnp.int32).reshape(2, 3)
-        padded = _pad((x, x, jnp.ones((2, 3))), 5, 0)
+        padded = pad_batch((x, x, jnp.ones((2, 3))), 5, 0)
         kinds = [type(a).__module__.split(".")[0] for a in padded]
         values = [np.asarray(a).tolist() for a in padded]
 
@@ -209,7 +209,7 @@ def test_batches_already_on_the_device_are_padded_there_too():
                                     pad_to_multiple=4)
             lengths |= {int(train[i][0].shape[1]) for i in range(len(train))}
             model.fit(train, epochs=1, verbose=0)
-        print(json.dumps([_window((x, x)), kinds, values, len(lengths),
+        print(json.dumps([window_shape((x, x)), kinds, values, len(lengths),
                           model.traced_steps["train"]]))
     """)
     window, kinds, values, lengths, traces = json.loads(out.strip().splitlines()[-1])
