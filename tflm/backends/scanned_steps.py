@@ -24,6 +24,8 @@ Callbacks then see a batch end every k windows, as with Keras' own `steps_per_ex
 
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from tflm.backends.compiled_lengths import pad_batch, window_shape
@@ -32,11 +34,7 @@ from tflm.backends.compiled_lengths import pad_batch, window_shape
 def _stack(batches, slots, pad_id):
     """`(x, y[, w])` of `slots` windows stacked on a new axis 0: the `batches` (of one
     length), then all-`pad_id` windows (targets and weights 0) for the empty slots."""
-    x = batches[0][0]
-    if isinstance(x, np.ndarray):
-        xp = np
-    else:
-        import jax.numpy as xp  # deferred: device arrays are JAX's
+    xp = np if isinstance(batches[0][0], np.ndarray) else jnp
     stacked = []
     for i, first in enumerate(batches[0]):
         if first is None:
@@ -52,8 +50,6 @@ def _stack(batches, slots, pad_id):
 def _program(step, slots):
     """`(state, windows, count) -> (logs, state)`: `step` over the `slots` stacked windows,
     the results of the slots from `count` on dropped."""
-    import jax
-    import jax.numpy as jnp
 
     def run(state, windows, count):
         def body(state, xs):
