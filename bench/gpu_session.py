@@ -12,10 +12,10 @@ its own cap), so a slow stage costs the ones after it and never the call; a stag
 or runs out of time is reported as such and the next one starts. By default
 (`DEFAULT_STAGES`), what issue 41 has not measured yet:
 
-1. `spe`: `bench.training.steps_per_execution` at the AWD-LSTM preset's size on JAX: k = 8
-   windows in one compiled scan (`tflm.backends.scanned_steps`) against one dispatch a
-   window, the same windows, interleaved epochs: what the host's work between dispatches
-   costs a latency-bound step.
+1. `spe`: `bench.training.steps_per_execution` for `awd_lstm_ptb` and `awd_lstm_mos_ptb` as
+   they are, on JAX: k = 8 windows in one compiled scan (`tflm.backends.scanned_steps`)
+   against one dispatch a window, the same windows, interleaved epochs: what the host's
+   work between dispatches costs a latency-bound step.
 2. `mos-profile`: `bench.training.step_profile` for `awd_lstm_mos_ptb` at its own size,
    tflm on JAX against zihangdai/mos main.py's step (without its per-batch `gc.collect()`):
    where each step's time goes, kernels, idle share, memory.
@@ -148,9 +148,10 @@ def stages(work, carried, small):
             "--precision", precision, "--set", "training.epochs=2",
             "--out", str(work / name / "run"), *tiny, *cut_corpus], REPO)
            for name, precision in (("bf16", "mixed_bfloat16"), ("f32", "float32"))},
-        "spe": (150, jax, [
+        "spe": (200, jax, [
             py, "-m", "bench.training.steps_per_execution", "--sizes",
-            "tiny" if small else "preset", "--k", "8", "--windows", "16" if small else "240",
+            *(["tiny"] if small else ["preset", "mos"]), "--k", "8", "--windows",
+            "16" if small else "200",
             "--repeats", "1" if small else "3", "--device", device, "--no-publish",
             "--json", str(work / "spe" / "steps_per_execution.json")], REPO),
         **{f"pad-{n}": (70, jax, [*profile, "--preset", "awd_lstm_ptb", "--backends", "jax",
@@ -160,12 +161,12 @@ def stages(work, carried, small):
     }
 
 
-# What the next lent GPU measures first (issue 41): steps_per_execution 8 against 1 at the
-# AWD-LSTM preset's size (the windows of a dispatch in one scan: the host's share of the
-# 16.9 ms a step, of which the GPU was busy 12.5, is what it saves), then the MoS step
-# against zihangdai/mos's, Keras on PyTorch at the AWD-LSTM preset's size against main.py's step (and against the
-# base tree's, where one is carried: the A/B of a change), a longer warm MoS run, then
-# Keras on PyTorch in `zoo.train`'s own loop.
+# What the next lent GPU measures first (issue 41): steps_per_execution 8 against 1 for the
+# AWD-LSTM and MoS presets (the windows of a dispatch in one scan: the host's share of the
+# 16.9 ms an AWD-LSTM step took, of which the GPU was busy 12.5, is what it saves), then the
+# MoS step against zihangdai/mos's, Keras on PyTorch at the AWD-LSTM preset's size against
+# main.py's step (and against the base tree's, where one is carried: the A/B of a change), a
+# longer warm MoS run, then Keras on PyTorch in `zoo.train`'s own loop.
 # `curves` and the `pad-*` stages ran in the sessions of 2026-11-28 (results/gpu_session.md).
 # Then, where time is left, mixed_bfloat16 against float32 in zoo.train (2 epochs each, seed
 # 141): not measured since the device-padding fix.
@@ -375,9 +376,9 @@ def report(folder):
                      "; ".join(f"seed {seed}: {' / '.join(map(str, v))}"
                                for seed, v in traces.items()), None))
     spe = _json(folder / "spe" / "steps_per_execution.json") or {}
-    for size, r in spe.get("results", {}).items():  # "preset"; "tiny" from --small
-        rows.append((f"AWD-LSTM {size} size: steps_per_execution {spe['k']} (one scan a "
-                     "dispatch) against 1 (JAX, same windows)",
+    for size, r in spe.get("results", {}).items():  # "preset", "mos"; "tiny" (--small)
+        rows.append((f"`{r['preset']}` ({size}): steps_per_execution {spe['k']} (one scan "
+                     "a dispatch) against 1 (JAX, same windows)",
                      f"{r['one'] * 1000:.2f} / {r['k'] * 1000:.2f} ms a window = "
                      f"{r['one'] / r['k']:.2f}x; first epoch (compiles) "
                      f"{r['first_one']:.1f} / {r['first_k']:.1f} s; weights within "

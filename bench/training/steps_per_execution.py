@@ -1,19 +1,22 @@
 """`steps_per_execution` on JAX: k training windows in one compiled scan
 (`tflm.backends.scanned_steps`) against one dispatch a window, the same model side by side.
 
-Per size, two AWD-LSTMs of one seed, one compiled with `steps_per_execution=1` and one with
-k, train on the same random-length windows (`tflm.data.lm_batches`, padded as
-`python -m zoo.train` pads them: to a multiple of 4 and to bptt + 3.5 standard deviations)
-with `zoo.train`'s per-batch callbacks (Ctrl-C check, NaN check, words/s), in a process set
-up as `zoo.train`'s (`zoo.runtime.command.start_command`). Each fits one
-epoch to compile, then they fit `--repeats` epochs each, interleaved; the table gives the
-median seconds a window and their ratio, and the two models' largest weight difference
-after the same epochs (the scan's updates are the single steps'). `--sizes`:
+Per size, two models of one seed, built and compiled as `python -m zoo.train` builds them
+(`zoo.runs.builders`: the preset's head, dropouts, optimizer and batch), one with
+`steps_per_execution=1` and one with k, train on the same random-length windows of random
+tokens (`tflm.data.lm_batches`, padded as `zoo.train` pads them: to a multiple of 4 and to
+bptt + 3.5 standard deviations) with `zoo.train`'s per-batch callbacks (Ctrl-C check, NaN
+check, words/s), in a process set up as `zoo.train`'s
+(`zoo.runtime.command.start_command`). Each fits one epoch to compile, then they fit
+`--repeats` epochs each, interleaved; the table gives the median seconds a window and their
+ratio, the first epoch's seconds (the compile), and the two models' largest weight
+difference after the same epochs (the scan's updates are the single steps'). `--sizes`:
 
-    tiny     embed 16, hidden 16 x 3, vocabulary 100, batch 20, bptt 35: a step that costs
-             almost nothing, so the loop around it is what is timed (host-bound)
-    bench    200 / 400 x 3, vocabulary 10,000, batch 20, bptt 35: reference_throughput's
-    preset   awd_lstm_ptb's 400 / 1150 x 3, vocabulary 10,000, batch 20, bptt 70 (a GPU's)
+    tiny     awd_lstm_ptb at embed 16, hidden 16 x 3, vocabulary 100, bptt 35: a step that
+             costs almost nothing, so the loop around it is what is timed (host-bound)
+    bench    awd_lstm_ptb at 200 / 400 x 3, vocabulary 10,000, bptt 35 (reference_throughput's)
+    preset   awd_lstm_ptb as it is: 400 / 1150 x 3, batch 20, bptt 70 (a GPU's)
+    mos      awd_lstm_mos_ptb as it is: 280 / 960 / 620, 15 experts, batch 12, bptt 70
 
     KERAS_BACKEND=jax python -m bench.training.steps_per_execution [--sizes tiny bench] \
         [--k 8] [--windows 80] [--repeats 5] [--device cpu|gpu] [--results FILE]
@@ -28,54 +31,61 @@ import time
 from bench.harness import publish, results_path
 from zoo.runtime.command import imports_done, run_command, start_command
 
+# A preset and `--set` overrides each: `tiny` shrinks awd_lstm_ptb until its step costs
+# almost nothing, so what is timed is the loop around the step (host-bound).
 SIZES = {
-    "tiny": dict(embed_dim=16, hidden_dim=16, vocab=100, bptt=35),
-    "bench": dict(embed_dim=200, hidden_dim=400, vocab=10_000, bptt=35),
-    "preset": dict(embed_dim=400, hidden_dim=1150, vocab=10_000, bptt=70),
+    "tiny": ("awd_lstm_ptb", ["model.embed_dim=16", "model.hidden_dim=16",
+                              "training.bptt=35"], 100),
+    "bench": ("awd_lstm_ptb", ["model.embed_dim=200", "model.hidden_dim=400",
+                               "training.bptt=35"], 10_000),
+    "preset": ("awd_lstm_ptb", [], 10_000),
+    "mos": ("awd_lstm_mos_ptb", [], 10_000),
 }
-BATCH = 20
 
 
-def _models(size, k):
+def _models(name, k):
+    """Two models as `python -m zoo.train` builds them (`zoo.runs.builders`), one seed, one
+    compiled with `steps_per_execution` 1 and one with k; and their training settings."""
     import keras
-    from tflm import data
-    from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
+    from zoo.runs.builders import build_model, make_optimizer, pad_to_multiple, \
+        set_window_shapes
+    from zoo.runs.config import resolve_config
+    from zoo.runs.settings import RunSettings
 
+    preset, overrides, vocab = SIZES[name]
+    settings = RunSettings.from_config(resolve_config(preset, overrides))
     made = {}
     for steps in (1, k):
         keras.utils.set_random_seed(141)
-        model = AWDLSTM(vocab_size=size["vocab"], embed_dim=size["embed_dim"],
-                        hidden_dim=size["hidden_dim"], num_layers=3, bptt=size["bptt"],
-                        seed=141)
-        model.compile(optimizer=keras.optimizers.SGD(30.0), steps_per_execution=steps)
-        model.pad_to_compiled_lengths = True
-        model.shortest_compiled_length = data.padded_length(
-            data.covering_length(size["bptt"]), 4)
+        model = build_model(settings, vocab)
+        model.compile(optimizer=make_optimizer(settings.training),
+                      steps_per_execution=steps)
+        model.build((None, None))
+        set_window_shapes(model, settings.training, pad_to_multiple(settings.training))
         made[steps] = model
-    return made
+    return made, settings.training, vocab
 
 
 def measure(name, k, windows, repeats):
     """{"one", "k"}: median seconds a window; "first_one", "first_k": the first epoch's
-    seconds (the compiles); "diff": the weights' largest difference."""
+    seconds (the compiles); "diff": the weights' largest difference; the sizes."""
     import keras
     import numpy as np
     from tflm import data
     from tflm.callbacks import StopOnNaN, WordsPerSecond
     from zoo.runtime import interrupt
 
-    size = SIZES[name]
-    ids = np.random.default_rng(0).integers(0, size["vocab"], BATCH * size["bptt"] * windows
-                                            ).astype("int32")
-    models = _models(size, k)
+    models, training, vocab = _models(name, k)
+    batch, bptt = training.batch_size, training.bptt
+    ids = np.random.default_rng(0).integers(0, vocab, batch * bptt * windows).astype("int32")
     seconds = {steps: [] for steps in models}
     first = {}
     for epoch in range(repeats + 1):  # epoch 0 compiles
-        batches = data.lm_batches(ids, BATCH, size["bptt"], train=True, seed=1, epoch=epoch,
-                                  pad_to_multiple=4)
+        batches = data.lm_batches(ids, batch, bptt, train=True, seed=1, epoch=epoch,
+                                  pad_to_multiple=4, max_len=training.max_seq_len)
         for steps, model in models.items():
             callbacks = [interrupt.CheckCtrlC(), StopOnNaN(),
-                         WordsPerSecond(BATCH * size["bptt"] * windows)]
+                         WordsPerSecond(batch * bptt * windows)]
             start = time.perf_counter()
             model.fit(batches, epochs=1, verbose=0, shuffle=False, callbacks=callbacks)
             took = time.perf_counter() - start
@@ -87,22 +97,29 @@ def measure(name, k, windows, repeats):
                for m in models.values()]
     diff = max(float(np.abs(a - b).max()) for a, b in zip(*weights))
     return {"one": statistics.median(seconds[1]), "k": statistics.median(seconds[k]),
-            "first_one": first[1], "first_k": first[k], "diff": diff, "traces": [m.traced_steps["train"] for m in models.values()]}
+            "first_one": first[1], "first_k": first[k], "diff": diff,
+            "traces": [m.traced_steps["train"] for m in models.values()],
+            "batch": batch, "bptt": bptt, "vocab": vocab,
+            "preset": SIZES[name][0], "overrides": SIZES[name][1]}
 
 
 def table(results, k, windows, repeats, device):
     lines = [
-        f"JAX on the {device.upper()}, AWD-LSTM (3 layers, zoo.AWDLSTM's default "
-        f"dropouts), batch {BATCH}, {windows} windows' worth of random-length windows an epoch; one epoch to compile, "
-        f"then the median of {repeats} interleaved epochs. ms = a window's share of the "
-        f"epoch; first epoch = its seconds, the compile included; traces = the train step's "
-        f"traces (1: one program each).", "",
-        f"| size | k = 1 (ms a window) | k = {k} (ms a window) | k = {k} vs 1 | first epoch "
-        f"s, k = 1 / {k} | largest weight difference | traces |",
+        f"JAX on the {device.upper()}; each size's model as `zoo.train` builds its preset "
+        f"(dropouts on), {windows} bptt-long windows' worth of random tokens an epoch, in "
+        f"random-length windows; one epoch to compile, then the median of {repeats} "
+        f"interleaved epochs. ms = a window's share of the epoch; first epoch = its "
+        f"seconds, the compile included; traces = the train step's traces (1: one program "
+        f"each).", "",
+        f"| size (preset, changes; batch x bptt) | k = 1 (ms a window) | k = {k} (ms a "
+        f"window) | speed, k = {k} / 1 | first epoch s, k = 1 / {k} | largest weight difference "
+        f"| traces |",
         "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for name, r in results.items():
-        lines.append(f"| {name} | {r['one'] * 1000:.2f} | {r['k'] * 1000:.2f} | "
-                     f"{r['one'] / r['k']:.2f}x faster | {r['first_one']:.1f} / "
+        what = ", ".join([r["preset"], *r["overrides"]])
+        lines.append(f"| {name} ({what}; {r['batch']} x {r['bptt']}) | "
+                     f"{r['one'] * 1000:.2f} | {r['k'] * 1000:.2f} | "
+                     f"{r['one'] / r['k']:.2f}x | {r['first_one']:.1f} / "
                      f"{r['first_k']:.1f} | {r['diff']:.1e} | "
                      f"{r['traces'][0]} / {r['traces'][1]} |")
     return "\n".join(lines) + "\n"

@@ -164,15 +164,15 @@ def test_the_torch_stages_give_the_target_and_the_a_b(tmp_path):
 def test_the_steps_per_execution_stage_gives_its_a_b_row(tmp_path):
     _write(tmp_path / "spe" / "steps_per_execution.json", {"k": 8, "results": {
         "preset": {"one": 0.0169, "k": 0.013, "first_one": 20.0, "first_k": 24.5,
-                   "diff": 2e-7, "traces": [1, 1]}}})
+                   "diff": 2e-7, "traces": [1, 1], "preset": "awd_lstm_ptb"}}})
     known = gpu_session.stages(tmp_path / "work", tmp_path / "carried", small=False)
     command = known["spe"][2]
-    assert command[command.index("--sizes") + 1] == "preset"
+    assert command[command.index("--sizes") + 1:command.index("--k")] == ["preset", "mos"]
     assert command[command.index("--json") + 1] == str(
         tmp_path / "work" / "spe" / "steps_per_execution.json")
     rows = [line for line in gpu_session.report(tmp_path).splitlines()
             if "steps_per_execution" in line]
-    assert rows == ["| AWD-LSTM preset size: steps_per_execution 8 (one scan a dispatch) "
+    assert rows == ["| `awd_lstm_ptb` (preset): steps_per_execution 8 (one scan a dispatch) "
                     "against 1 (JAX, same windows) | 16.90 / 13.00 ms a window = 1.30x; "
                     "first epoch (compiles) 20.0 / 24.5 s; weights within 2.0e-07 | - |"]
 

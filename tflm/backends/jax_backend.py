@@ -10,9 +10,9 @@ shape (`tflm.backends.jax_streams`), so it enters the jitted step as part of
 `non_trainable` and leaves it updated, like a BatchNormalization statistic. A different
 window length T retraces the step once per distinct T (jit specializes on shapes): pad the
 windows to a multiple of 4 (`lm_dataset(..., pad_to_multiple=4)`) to compile a few programs.
-With `model.pad_to_compiled_lengths`, `compile(steps_per_execution=k)` runs k windows in one
-compiled scan and one dispatch (`tflm.backends.scanned_steps`), where Keras' own loop would
-dispatch each step.
+With `model.pad_to_compiled_lengths`, `compile(steps_per_execution=k)` trains k windows in
+one compiled scan and one dispatch (`tflm.backends.scanned_steps`), where Keras' own loop
+would dispatch each step.
 
 Distributed JAX training (`keras.distribution`) is not covered: the gradient is the local
 one and clipping would be per shard.
@@ -71,8 +71,8 @@ class JaxBackend(Backend):
         return result
 
     def make_test_function(self, model, make, force=False):
-        """Keras' jitted evaluation function, padded (and scanned) as
-        `make_train_function`'s."""
+        """Keras' jitted evaluation function, padded as `make_train_function`'s (with
+        `steps_per_execution` k > 1, Keras' loop of k single steps)."""
         before = model.test_function
         result = make(force)
         self._pad_steps(model, "test_function", before, model.test_step)
@@ -91,10 +91,13 @@ class JaxBackend(Backend):
         if model.steps_per_execution == 1:
             function = compiled_lengths.padding_steps(function, lengths,
                                                       jax.block_until_ready, PAD_ID)
-        elif keras.distribution.distribution() is None:
+        elif attribute == "train_function" and keras.distribution.distribution() is None:
             function = scanned_steps.scanned_steps(step, model.steps_per_execution, lengths,
                                                    jax.block_until_ready, PAD_ID)
-        else:  # its shardings are Keras' business: Keras' loop of single steps
+        else:
+            # Keras' loop of single steps, unpadded: evaluation passes have few windows of
+            # at most two lengths (a scan's empty slots would cost more than their
+            # dispatches), and under a distribution its shardings are Keras' business
             return
         setattr(model, attribute, function)
 

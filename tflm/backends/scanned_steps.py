@@ -1,4 +1,4 @@
-"""Several training (or evaluation) steps in one compiled program and one dispatch (JAX).
+"""Several training steps in one compiled program and one dispatch (JAX).
 
 Keras' JAX trainer runs `compile(steps_per_execution=k)` as a Python loop that calls the
 jitted one-step program k times, so the host still dispatches every step. On a GPU a
@@ -14,7 +14,12 @@ leading axis. The last group of an epoch may hold fewer than k windows: its empt
 run on all-`PAD_ID` windows and their results are dropped (`jnp.where` on the slot's
 flag), so one program serves every group, and the state and the logs are those of the
 last real window. A window of `PAD_ID` alone costs little where the LSTM and output layer
-stop at a window's last real position (JAX's: `extent_loop`, `jax_target_log_probs`).
+stop at a window's last real position (JAX's LSTM and softmax output layer: `extent_loop`,
+`jax_target_log_probs`), and a whole step for a head that computes every position (MoS):
+at most k - 1 such steps an epoch, against one less dispatch a window. `lax.cond` would
+skip them, but on a GPU XLA reads a conditional's predicate back to the host, a wait for
+the device at every slot, which is what the scan is there to remove. Evaluation keeps
+Keras' loop (`JaxBackend.make_test_function`): its passes have few windows.
 
 The updates are those of k single steps in order (the same state flows from window to
 window: weights, optimizer slots, carried LSTM state, seed generator, metrics);
