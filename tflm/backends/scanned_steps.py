@@ -17,8 +17,10 @@ last real window. A window of `PAD_ID` alone costs little where the LSTM and out
 stop at a window's last real position (JAX's LSTM and softmax output layer: `extent_loop`,
 `jax_target_log_probs`), and a whole step for a head that computes every position (MoS):
 at most k - 1 such steps an epoch, against one less dispatch a window. `lax.cond` would
-skip them, but on a GPU XLA reads a conditional's predicate back to the host, a wait for
-the device at every slot, which is what the scan is there to remove. Evaluation keeps
+skip them, but on a GPU XLA copies a conditional's predicate to the host and waits for the
+stream (openxla/xla, `backends/gpu/runtime/conditional_thunk.cc`), a wait for the device at
+every slot, which is what the scan is there to remove; the scan itself, a loop of known
+trip count, runs its body without reading anything back (`while_thunk.cc`). Evaluation keeps
 Keras' loop (`JaxBackend.make_test_function`): its passes have few windows.
 
 The updates are those of k single steps in order (the same state flows from window to
