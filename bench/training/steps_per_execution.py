@@ -25,6 +25,7 @@ difference after the same epochs (the scan's updates are the single steps'). `--
 import argparse
 import json
 import os
+import pathlib
 import statistics
 import time
 
@@ -46,6 +47,7 @@ SIZES = {
 def _models(name, k):
     """Two models as `python -m zoo.train` builds them (`zoo.runs.builders`), one seed, one
     compiled with `steps_per_execution` 1 and one with k; and their training settings."""
+    # deferred: Keras and what imports it come after the process set-up (start_command)
     import keras
     from zoo.runs.builders import build_model, make_optimizer, pad_to_multiple, \
         set_window_shapes
@@ -69,6 +71,7 @@ def _models(name, k):
 def measure(name, k, windows, repeats):
     """{"one", "k"}: median seconds a window; "first_one", "first_k": the first epoch's
     seconds (the compiles); "diff": the weights' largest difference; the sizes."""
+    # deferred: Keras and what imports it come after the process set-up (start_command)
     import keras
     import numpy as np
     from tflm import data
@@ -143,7 +146,7 @@ def main(argv=None):
     if args.device == "cpu":
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     start_command()  # zoo.train's process set-up: malloc, XLA flags, the collector
-    import keras
+    import keras  # deferred: after that set-up
     if keras.backend.backend() != "jax":
         p.error(f"this benchmark measures JAX; run it with KERAS_BACKEND=jax (got "
                 f"{keras.backend.backend()!r})")
@@ -153,6 +156,7 @@ def main(argv=None):
         results[name] = measure(name, args.k, args.windows, args.repeats)
         print(name, json.dumps(results[name]), flush=True)
     if args.json:
+        pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"k": args.k, "results": results}, f, indent=1)
     publish(f"steps_per_execution {args.k} against 1 on JAX ({args.device})",
