@@ -80,28 +80,37 @@ class _Groups:
         self._iterator, self._slots = iterator, slots
         self._lengths, self._pad_id = lengths, pad_id
 
-    def next_group(self):
-        """`(stacked windows, count, (key, length, compiles))`, or None at the end."""
+    def next_groups(self):
+        """The next `slots` batches (fewer at the end; none: `[]`) as programs' inputs, one
+        `(stacked windows, count, (key, length, compiles))` per run of batches of one batch
+        size (more than one where a batch size changes: an epoch's last, smaller batch)."""
         batches = []
         for _ in range(self._slots):
             try:
                 batches.append(next(self._iterator))
             except StopIteration:
                 break
-        if not batches:
-            return None
         windows = [window_shape(b) for b in batches]
-        if any(w is None for w in windows) or len({w[0] for w in windows}) != 1:
+        if any(w is None for w in windows):
             raise ValueError(
                 "steps_per_execution > 1 on JAX stacks each group of batches into one "
                 "program, so every batch must be a tuple of token windows (x, y[, "
-                "sample_weight]) of one batch size; got "
-                f"{[type(b).__name__ for b in batches]} with windows {windows}. Use "
-                "steps_per_execution=1 for other data.")
-        key = ("steps", self._slots) + windows[0][0]
-        length, compiles = self._lengths.choose(key, max(w[1] for w in windows))
-        batches = [tuple(b) if w[1] == length else pad_batch(b, length, self._pad_id)
-                   for b, w in zip(batches, windows)]
+                "sample_weight]: integer x of shape (batch, time)); got "
+                f"{[type(b).__name__ for b in batches]}. Use steps_per_execution=1 for "
+                "other data.")
+        runs = []
+        for batch, (shape, length) in zip(batches, windows):
+            if runs and runs[-1][0] == shape:
+                runs[-1][1].append((batch, length))
+            else:
+                runs.append((shape, [(batch, length)]))
+        return [self._group(shape, run) for shape, run in runs]
+
+    def _group(self, shape, run):
+        key = ("steps", self._slots) + shape
+        length, compiles = self._lengths.choose(key, max(n for _, n in run))
+        batches = [tuple(b) if n == length else pad_batch(b, length, self._pad_id)
+                   for b, n in run]
         return _stack(batches, self._slots, self._pad_id), len(batches), (key, length,
                                                                           compiles)
 
@@ -109,26 +118,27 @@ class _Groups:
 def scanned_steps(step, slots, lengths, block, pad_id):
     """A Keras JAX step function `(state, iterator) -> (logs, state)` that reads `slots`
     batches from the iterator and runs `step` `(state, batch) -> (logs, state)` on them in
-    one jitted scan; `lengths` (a `CompiledLengths`) chooses each group's length, `block`
-    waits for arrays (`jax.block_until_ready`, to time a program's first warm call)."""
+    one jitted scan (one per batch size among them); `lengths` (a `CompiledLengths`)
+    chooses each group's length, `block` waits for arrays (`jax.block_until_ready`, to
+    time a program's first warm call)."""
     program = _program(step, slots)
 
     def function(state, iterator):
-        group = _Groups(iterator, slots, lengths, pad_id).next_group()
-        if group is None:
+        groups = _Groups(iterator, slots, lengths, pad_id).next_groups()
+        if not groups:
             raise StopIteration
-        windows, count, (key, length, compiles) = group
-        measuring = not compiles and lengths.needs_measuring(key, length)
-        if measuring:
-            block(state)
-        start = time.perf_counter()
-        outputs = program(state, windows, np.int32(count))
-        if compiles:
-            lengths.compiled(key, length, time.perf_counter() - start)
-        elif measuring:
-            block(outputs)
-            lengths.measured(key, length, time.perf_counter() - start)
-        return outputs
+        for windows, count, (key, length, compiles) in groups:
+            measuring = not compiles and lengths.needs_measuring(key, length)
+            if measuring:
+                block(state)
+            start = time.perf_counter()
+            logs, state = program(state, windows, np.int32(count))
+            if compiles:
+                lengths.compiled(key, length, time.perf_counter() - start)
+            elif measuring:
+                block((logs, state))
+                lengths.measured(key, length, time.perf_counter() - start)
+        return logs, state
 
     function.lengths = lengths
     return function
