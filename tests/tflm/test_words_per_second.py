@@ -51,7 +51,9 @@ def test_steps_per_execution_counts_batches_not_calls():
     model.compile(optimizer="sgd", loss="mse", steps_per_execution=3)
 
     class Calls(keras.callbacks.Callback):
-        ends = []
+        def __init__(self):
+            super().__init__()
+            self.ends = []
 
         def on_train_batch_end(self, batch, logs=None):
             self.ends.append(batch)

@@ -309,14 +309,14 @@ def test_regularizers_by_set_then_finetune_without_noise(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("backend", ["jax", "tensorflow"])
-def test_steps_per_execution_trains_as_single_steps(backend):
+def test_steps_per_execution_trains_as_single_steps(backend, tmp_path):
     """`training.steps_per_execution` 4 (JAX: 4 windows a compiled scan,
     `tflm.backends.scanned_steps`; TensorFlow: Keras' loop in one function) gives the
     perplexities and step counts of 1."""
     out = run_in_backend(backend, f"""
-        import json, pathlib, tempfile
+        import json, pathlib
         from zoo import train
-        folder = pathlib.Path(tempfile.mkdtemp())
+        folder = pathlib.Path({str(tmp_path)!r})
         runs = {{}}
         for k in (1, 4):
             assert train.main(["--epochs", "1", "--out", str(folder / str(k)), *{TINY!r},

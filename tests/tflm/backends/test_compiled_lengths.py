@@ -181,8 +181,8 @@ def test_batches_already_on_the_device_are_padded_there_too():
     one-batch-ahead `device_put`) and under a `keras.distribution`; those were passed on
     unpadded, so every window length compiled a program of its own. Under `DataParallel` on
     two host devices (the same path on a CPU), two epochs of random window lengths at the
-    covering length `zoo.train` sets compile one training program, and `pad_batch` pads a device
-    array on the device with the pad id and zeros."""
+    covering length `zoo.train` sets compile one training program, and `pad_batch` pads a
+    device array on the device with the pad id and zeros."""
     out = run_in_backend("jax", """
         import os
         os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
