@@ -50,16 +50,10 @@ def test_steps_per_execution_counts_batches_not_calls():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse", steps_per_execution=3)
 
-    class Calls(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.ends = []
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.ends.append(batch)
-
-    calls = Calls()
+    ends = []
+    calls = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: ends.append(batch))
     history = model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0,
                         callbacks=[WordsPerSecond(tokens_per_epoch=64), calls])
-    assert calls.ends == [2, 5, 8]
+    assert ends == [2, 5, 8]
     assert history.history["train_steps"] == [8]

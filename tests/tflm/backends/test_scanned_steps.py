@@ -68,14 +68,6 @@ def test_k_windows_in_one_scan_train_and_evaluate_as_k_single_steps():
         ids = np.random.default_rng(0).integers(0, 50, 4 * 12 * 11).astype("int32")
         valid = np.random.default_rng(1).integers(0, 50, 4 * 12 * 7).astype("int32")
 
-        class Ends(keras.callbacks.Callback):
-            def __init__(self):
-                super().__init__()
-                self.ends = []
-
-            def on_train_batch_end(self, batch, logs=None):
-                self.ends.append(batch)
-
         def train(k):
             keras.utils.set_random_seed(5)
             model = AWDLSTM(vocab_size=50, embed_dim=8, hidden_dim=16, num_layers=2, bptt=12,
@@ -84,17 +76,19 @@ def test_k_windows_in_one_scan_train_and_evaluate_as_k_single_steps():
             model.compile(optimizer=keras.optimizers.SGD(1.0), steps_per_execution=k)
             model.pad_to_compiled_lengths = True
             model.shortest_compiled_length = data.padded_length(data.covering_length(12), 4)
-            ends, history, lengths = Ends(), [], []
+            ends, history, lengths = [], [], []
+            hook = keras.callbacks.LambdaCallback(
+                on_train_batch_end=lambda batch, logs: ends.append(batch))
             for epoch in range(2):
                 train = data.lm_batches(ids, 4, 12, train=True, seed=1, epoch=epoch,
                                         pad_to_multiple=4)
                 lengths.append([int(train[i][0].shape[1]) for i in range(len(train))])
                 history.append(model.fit(train, epochs=1, verbose=0,
-                                         callbacks=[ends]).history)
+                                         callbacks=[hook]).history)
             evaluation = model.evaluate(data.lm_batches(valid, 4, 12, train=False), verbose=0,
                                         return_dict=True)
             weights = [keras.ops.convert_to_numpy(v) for v in model.trainable_variables]
-            return dict(model=model, history=history, lengths=lengths, ends=ends.ends,
+            return dict(model=model, history=history, lengths=lengths, ends=ends,
                         evaluation=evaluation, weights=weights,
                         function=model.train_function.__module__,
                         traces=dict(model.traced_steps))
