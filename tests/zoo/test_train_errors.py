@@ -304,24 +304,22 @@ def pythons_sigint():
 
 def test_a_ctrl_c_while_training_waits_for_a_safe_point_and_a_second_one_does_not(
         pythons_sigint):
-    import signal as signals
-
     from zoo.runtime import interrupt
     with interrupt.handle_ctrl_c():
-        handler = signals.getsignal(signals.SIGINT)
-        assert handler is not signals.default_int_handler
+        handler = signal.getsignal(signal.SIGINT)
+        assert handler is not signal.default_int_handler
         with pytest.raises(KeyboardInterrupt):  # outside training: at once, as Python does
-            handler(signals.SIGINT, None)
+            handler(signal.SIGINT, None)
         with interrupt.deferring():
-            handler(signals.SIGINT, None)  # noted, not raised inside TensorFlow's code
+            handler(signal.SIGINT, None)  # noted, not raised inside TensorFlow's code
             with pytest.raises(KeyboardInterrupt):
                 interrupt.check()  # the next batch end, epoch end or checkpoint
             interrupt.check()  # raised once
-            handler(signals.SIGINT, None)
+            handler(signal.SIGINT, None)
             with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C: at once
-                handler(signals.SIGINT, None)
+                handler(signal.SIGINT, None)
         interrupt.check()  # what was left when the run ended is dropped
-    assert signals.getsignal(signals.SIGINT) is signals.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with interrupt.deferring():  # no handler (library use): check() never raises
         interrupt.check()
 

@@ -29,6 +29,7 @@ window: weights, optimizer slots, carried LSTM state, seed generator, metrics);
 Callbacks then see a batch end every k windows, as with Keras' own `steps_per_execution`.
 """
 
+import itertools
 import time
 
 import jax
@@ -73,46 +74,28 @@ def _program(step, slots):
     return jax.jit(run, donate_argnums=0)
 
 
-class _Groups:
-    """Reads up to `slots` batches of an iterator and pads them to one length."""
-
-    def __init__(self, iterator, slots, lengths, pad_id):
-        self._iterator, self._slots = iterator, slots
-        self._lengths, self._pad_id = lengths, pad_id
-
-    def next_groups(self):
-        """The next `slots` batches (fewer at the end; none: `[]`) as programs' inputs, one
-        `(stacked windows, count, (key, length, compiles))` per run of batches of one batch
-        size (more than one where a batch size changes: an epoch's last, smaller batch)."""
-        batches = []
-        for _ in range(self._slots):
-            try:
-                batches.append(next(self._iterator))
-            except StopIteration:
-                break
-        windows = [window_shape(b) for b in batches]
-        if any(w is None for w in windows):
-            raise ValueError(
-                "steps_per_execution > 1 on JAX stacks each group of batches into one "
-                "program, so every batch must be a tuple of token windows (x, y[, "
-                "sample_weight]: integer x of shape (batch, time)); got "
-                f"{[type(b).__name__ for b in batches]}. Use steps_per_execution=1 for "
-                "other data.")
-        runs = []
-        for batch, (shape, length) in zip(batches, windows):
-            if runs and runs[-1][0] == shape:
-                runs[-1][1].append((batch, length))
-            else:
-                runs.append((shape, [(batch, length)]))
-        return [self._group(shape, run) for shape, run in runs]
-
-    def _group(self, shape, run):
-        key = ("steps", self._slots) + shape
-        length, compiles = self._lengths.choose(key, max(n for _, n in run))
-        batches = [tuple(b) if n == length else pad_batch(b, length, self._pad_id)
-                   for b, n in run]
-        return _stack(batches, self._slots, self._pad_id), len(batches), (key, length,
-                                                                          compiles)
+def next_groups(iterator, slots, lengths, pad_id):
+    """The next `slots` batches of `iterator` (fewer at the end; none: `[]`) as programs'
+    inputs, padded to the length `lengths` chooses: one `(stacked windows, count, (key,
+    length, compiles))` per run of batches of one batch size (more than one where a batch
+    size changes: an epoch's last, smaller batch)."""
+    batches = list(itertools.islice(iterator, slots))
+    windows = [window_shape(b) for b in batches]
+    if any(w is None for w in windows):
+        raise ValueError(
+            "steps_per_execution > 1 on JAX stacks each group of batches into one program, "
+            "so every batch must be a tuple of token windows (x, y[, sample_weight]: "
+            "integer x of shape (batch, time)); got "
+            f"{[type(b).__name__ for b in batches]}. Use steps_per_execution=1 for other "
+            "data.")
+    groups = []
+    for shape, run in itertools.groupby(zip(batches, windows), key=lambda bw: bw[1][0]):
+        run = [(batch, n) for batch, (_, n) in run]
+        key = ("steps", slots) + shape
+        length, compiles = lengths.choose(key, max(n for _, n in run))
+        padded = [tuple(b) if n == length else pad_batch(b, length, pad_id) for b, n in run]
+        groups.append((_stack(padded, slots, pad_id), len(padded), (key, length, compiles)))
+    return groups
 
 
 def scanned_steps(step, slots, lengths, block, pad_id):
@@ -124,7 +107,7 @@ def scanned_steps(step, slots, lengths, block, pad_id):
     program = _program(step, slots)
 
     def function(state, iterator):
-        groups = _Groups(iterator, slots, lengths, pad_id).next_groups()
+        groups = next_groups(iterator, slots, lengths, pad_id)
         if not groups:
             raise StopIteration
         for windows, count, (key, length, compiles) in groups:
@@ -140,5 +123,4 @@ def scanned_steps(step, slots, lengths, block, pad_id):
                 lengths.measured(key, length, time.perf_counter() - start)
         return logs, state
 
-    function.lengths = lengths
     return function

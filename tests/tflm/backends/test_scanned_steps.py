@@ -8,7 +8,7 @@ import pytest
 
 from tests.backends import run_in_backend
 from tflm.backends.compiled_lengths import CompiledLengths
-from tflm.backends.scanned_steps import _Groups
+from tflm.backends.scanned_steps import next_groups
 
 
 def _batch(length, value, batch=2):
@@ -18,40 +18,40 @@ def _batch(length, value, batch=2):
 
 def test_a_group_is_padded_to_one_length_and_its_empty_slots_hold_pad_windows():
     lengths = CompiledLengths(shortest=8)
-    groups = _Groups(iter([_batch(6, 3), _batch(8, 4), _batch(5, 5)]), 4, lengths, pad_id=0)
-    [((x, y), count, (key, length, compiles))] = groups.next_groups()
+    batches = iter([_batch(6, 3), _batch(8, 4), _batch(5, 5)])
+    [((x, y), count, (key, length, compiles))] = next_groups(batches, 4, lengths, pad_id=0)
     assert count == 3 and key == ("steps", 4, 2) and (length, compiles) == (8, True)
     assert x.shape == y.shape == (4, 2, 8)
     assert x[0, :, :6].tolist() == [[3] * 6] * 2 and x[0, :, 6:].tolist() == [[0] * 2] * 2
     assert y[0, :, 6:].tolist() == [[0] * 2] * 2  # padded targets: 0, masked by the model
     assert x[1].tolist() == [[4] * 8] * 2 and x[2, :, :5].tolist() == [[5] * 5] * 2
     assert x[3].tolist() == [[0] * 8] * 2 and y[3].tolist() == [[0] * 8] * 2  # empty slot
-    assert groups.next_groups() == []  # the iterator is spent: the epoch ends
+    assert next_groups(batches, 4, lengths, pad_id=0) == []  # spent: the epoch ends
 
 
 def test_a_longer_window_pads_its_group_to_its_own_length():
     lengths = CompiledLengths(shortest=8)
-    groups = _Groups(iter([_batch(6, 3), _batch(11, 4)]), 2, lengths, pad_id=0)
-    [((x, _), count, (_, length, compiles))] = groups.next_groups()
+    [((x, _), count, (_, length, compiles))] = next_groups(
+        iter([_batch(6, 3), _batch(11, 4)]), 2, lengths, pad_id=0)
     assert (count, length, compiles) == (2, 11, True) and x.shape == (2, 2, 11)
 
 
 def test_a_change_of_batch_size_splits_the_group_into_two_programs():
     """An epoch's last, smaller batch (arrays whose row count is no multiple of the batch
     size) runs in a program of its own shape, as a single step would."""
-    groups = _Groups(iter([_batch(4, 1), _batch(4, 2), _batch(4, 3, batch=1)]), 4,
-                     CompiledLengths(), pad_id=0)
-    first, second = groups.next_groups()
+    batches, lengths = iter([_batch(4, 1), _batch(4, 2), _batch(4, 3, batch=1)]), \
+        CompiledLengths()
+    first, second = next_groups(batches, 4, lengths, pad_id=0)
     assert (first[0][0].shape, first[1], first[2][0]) == ((4, 2, 4), 2, ("steps", 4, 2))
     assert (second[0][0].shape, second[1], second[2][0]) == ((4, 1, 4), 1, ("steps", 4, 1))
     assert second[0][0][0].tolist() == [[3] * 4] and second[0][0][1:].max() == 0
-    assert groups.next_groups() == []
+    assert next_groups(batches, 4, lengths, pad_id=0) == []
 
 
 def test_batches_that_are_not_token_windows_are_refused_with_what_to_do():
     floats = (np.zeros((2, 4), "float32"), np.zeros((2, 4), "float32"))
     with pytest.raises(ValueError, match="steps_per_execution=1 for other data"):
-        _Groups(iter([floats]), 2, CompiledLengths(), 0).next_groups()
+        next_groups(iter([floats]), 2, CompiledLengths(), 0)
 
 
 def test_k_windows_in_one_scan_train_and_evaluate_as_k_single_steps():
