@@ -4,14 +4,12 @@ as the JAX run itself would have: with dropout off both backends compute the sam
 so the resumed second epoch matches a JAX run of two epochs to float tolerance."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests.conftest import REPO, TINY_RUN_FLAGS
+from tests.backends import run_in_backend
+from tests.conftest import TINY_RUN_FLAGS
 from zoo import train
 
 FLAGS = [*TINY_RUN_FLAGS, "--seed", "3", "--set", "training.lr=5",
@@ -25,11 +23,7 @@ def test_a_jax_run_resumes_on_tensorflow(tmp_path, capsys):
         assert train.main(["--epochs", "1", "--out", {str(tmp_path / "moved")!r}, *{FLAGS!r}]) == 0
         assert train.main(["--epochs", "2", "--out", {str(tmp_path / "stayed")!r}, *{FLAGS!r}]) == 0
     """)
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
-               PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_in_backend("jax", code)
     moved = tmp_path / "moved"
     before = json.loads((moved / "metrics.json").read_text())
     assert before["backend"] == "jax"

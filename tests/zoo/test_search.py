@@ -82,7 +82,21 @@ def test_bad_spaces_are_refused_naming_the_problem(bad, message):
     assert "zhang2018_mos" in SPACES
 
 
-def test_search_trains_each_trial_as_a_run_and_summarises_resumably(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def ray_session():
+    """One local Ray cluster for this file's searches, as Ray's testing guide advises
+    (a cluster's start and shutdown cost 5-7 s here): the engine's own
+    `one_session`, so the first search starts it as a search on its own does, with Ray's
+    worker priority left to the engine."""
+    pytest.importorskip("ray")
+    from zoo.studies import engine
+    with pytest.MonkeyPatch.context() as patch, engine.one_session():
+        patch.delenv(engine.NICENESS_ENV, raising=False)
+        yield
+
+
+def test_search_trains_each_trial_as_a_run_and_summarises_resumably(tmp_path, capsys,
+                                                                   ray_session):
     space_file = tmp_path / "space.json"
     space_file.write_text(json.dumps(SPACE))
     out = tmp_path / "search"
@@ -94,6 +108,16 @@ def test_search_trains_each_trial_as_a_run_and_summarises_resumably(tmp_path, ca
     handler = signal.getsignal(signal.SIGINT)
     assert search.main(argv) == 0
     assert signal.getsignal(signal.SIGINT) is handler  # the engine gives Ctrl-C back
+    # the local cluster it started (kept up by `ray_session`) runs its workers at this
+    # process's CPU priority (Ray's default is 15: beside a busy process a trial crawls),
+    # and the environment is left as it was
+    import os
+
+    import ray
+
+    from zoo.studies.engine import NICENESS_ENV
+    assert ray.get(ray.remote(lambda: os.nice(0)).remote()) == os.nice(0)
+    assert NICENESS_ENV not in os.environ
     printed = capsys.readouterr().out
     table = (out / "summary.md").read_text()
     assert table in printed
@@ -217,7 +241,8 @@ def test_tpe_suggestions_follow_each_distribution_of_the_space():
     assert abs(np.median([math.log(d["training.lr"]) for d in draws]) - middle) < 0.45
 
 
-def test_tpe_search_trains_what_optuna_asks_tells_it_and_resumes(tmp_path, capsys):
+def test_tpe_search_trains_what_optuna_asks_tells_it_and_resumes(tmp_path, capsys,
+                                                               ray_session):
     """`--algorithm tpe`: Optuna asks, the engine trains (two side by side), Optuna is told
     each trial's validation perplexity; draws that break the constraint are never trained;
     the same command again trains nothing, and a larger --trials asks only for the rest."""
