@@ -10,6 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from tests.backends import run_here
 from tests.conftest import REPO
 from tflm.distribute import free_local_ports
 
@@ -234,6 +235,10 @@ def _run(code, env=None, timeout=300):
 def _result(proc, timeout=300):
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err[-3000:]
+    return _printed_result(out)
+
+
+def _printed_result(out):
     line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
     return json.loads(line[7:])
 
@@ -375,13 +380,16 @@ print("RESULT " + json.dumps({"eval": e, "ppl": h["perplexity"],
 """
 
 
-def test_multi_worker_on_localhost_equals_single_device():
+def test_multi_worker_on_localhost_equals_single_device(monkeypatch):
+    """Two worker processes on localhost against the same model on one device, which runs
+    in this process (the TensorFlow session's) while they train."""
     workers = [f"127.0.0.1:{p}" for p in free_local_ports(2)]
     procs = []
     for index in range(2):
         config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         procs.append(_run(MULTI_WORKER, {"TF_CONFIG": json.dumps(config), "ROLE": "worker"}))
-    single = _result(_run(MULTI_WORKER, {"ROLE": "single"}))
+    monkeypatch.setenv("ROLE", "single")
+    single = _printed_result(run_here(MULTI_WORKER))
     results = [_result(p) for p in procs]
     assert results[0] == results[1], "workers must agree"
     assert results[0]["eval"] == pytest.approx(single["eval"], rel=1e-5)
