@@ -1,8 +1,10 @@
 """`python -m zoo.search`: draws (distributions, constraint, determinism), trials as run
-directories, the summary, resuming."""
+directories, the summary, resuming; the searches on Ray share one local cluster
+(`ray_session`)."""
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -111,8 +113,6 @@ def test_search_trains_each_trial_as_a_run_and_summarises_resumably(tmp_path, ca
     # the local cluster it started (kept up by `ray_session`) runs its workers at this
     # process's CPU priority (Ray's default is 15: beside a busy process a trial crawls),
     # and the environment is left as it was
-    import os
-
     import ray
 
     from zoo.studies.engine import NICENESS_ENV
