@@ -13,6 +13,7 @@ from scipy import stats
 from zoo import search
 from zoo.errors import ConfigError
 from zoo.runs.search_space import SPACES, check_space, load_space, sample
+from zoo.studies import engine
 from zoo.studies import search as study_search
 
 TINY = ["corpus.train_tokens=3000", "corpus.valid_tokens=800", "corpus.test_tokens=800",
@@ -91,7 +92,6 @@ def ray_session():
     `one_session`, so the first search starts it as a search on its own does, with Ray's
     worker priority left to the engine."""
     pytest.importorskip("ray")
-    from zoo.studies import engine
     with pytest.MonkeyPatch.context() as patch, engine.one_session():
         patch.delenv(engine.NICENESS_ENV, raising=False)
         yield
@@ -114,10 +114,8 @@ def test_search_trains_each_trial_as_a_run_and_summarises_resumably(tmp_path, ca
     # process's CPU priority (Ray's default is 15: beside a busy process a trial crawls),
     # and the environment is left as it was
     import ray
-
-    from zoo.studies.engine import NICENESS_ENV
     assert ray.get(ray.remote(lambda: os.nice(0)).remote()) == os.nice(0)
-    assert NICENESS_ENV not in os.environ
+    assert engine.NICENESS_ENV not in os.environ
     printed = capsys.readouterr().out
     table = (out / "summary.md").read_text()
     assert table in printed
