@@ -64,7 +64,9 @@ def test_every_smoke_trial_of_every_bundled_study_builds_and_runs_a_window(name)
     """Each distinct smoke-scale configuration (seeds aside) builds as zoo.train builds it
     (the model, compiled with the run's optimizer) and predicts a window: what a smoke
     trial's first step needs, in CI time (the whole smoke run of every study is the slow
-    test `test_every_bundled_study_runs_at_smoke_scale`)."""
+    test `test_every_bundled_study_runs_at_smoke_scale`). Configurations that differ only
+    in training fields the model does not read (`build_model`: the model part, the training
+    fields it owns, the precision) share one model, compiled with each one's optimizer."""
     from zoo.runs.builders import build_model, make_optimizer
     from zoo.runs.settings import RunSettings
     configs = {}
@@ -72,14 +74,19 @@ def test_every_smoke_trial_of_every_bundled_study_builds_and_runs_a_window(name)
         config = json.loads(json.dumps(trial.config))
         config["training"].pop("seed", None)
         configs.setdefault(json.dumps(config, sort_keys=True), trial)
+    models = {}
     for trial in configs.values():
         settings = RunSettings.from_config(trial.config)
         vocab = trial.config["corpus"].get("vocab_size") or 10_000  # PTB's: smoke text
-        model = build_model(settings, vocab)
+        key = json.dumps([trial.config["model"], settings.training.model_arguments(),
+                          settings.training.precision, vocab], sort_keys=True, default=str)
+        model = models.get(key) or build_model(settings, vocab)
         model.compile(optimizer=make_optimizer(settings.training))
-        model.build((None, None))
-        out = model.forward_with_state(np.zeros((1, 4), "int32"))[0]
-        assert np.asarray(out).shape == (1, 4, vocab), trial.name
+        if key not in models:
+            models[key] = model
+            model.build((None, None))
+            out = model.forward_with_state(np.zeros((1, 4), "int32"))[0]
+            assert np.asarray(out).shape == (1, 4, vocab), trial.name
 
 
 def test_the_gss_grid_is_the_theses_cross_product():
@@ -264,11 +271,12 @@ def _study_main(capsys, study, out, *extra):
 
 def test_a_study_runs_on_ray_clusters_and_resumes_without_retraining(tmp_path, capsys):
     """A plain arm and a searched one on a local cluster of the study's own: the search's
-    two draws train first, then two seeds of each arm, the searched arm's with the draw of
-    lowest validation perplexity, all in one Ray session (`engine.one_session`); the same
-    command again trains nothing. The local cluster is started beside a running two-node
-    one (what the README's `ray start --head` / `ray start --address` gives, made by Ray's
-    test utility: two raylets on this machine, one CPU each), which a study joins with
+    two draws train first, then the first seed of each arm (`--seeds 1`), the searched
+    arm's with the draw of lowest validation perplexity, all in one Ray session
+    (`engine.one_session`); the same command again trains nothing, and the study with its
+    other seed is refused. The local cluster is started beside a running two-node one
+    (what the README's `ray start --head` / `ray start --address` gives, made by Ray's test
+    utility: two raylets on this machine, one CPU each), which a study joins with
     `--address`, with no change to the study. The first run is the command line; the join,
     the run again and the refusal call its main in this process."""
     ray = pytest.importorskip("ray")
@@ -289,13 +297,13 @@ def test_a_study_runs_on_ray_clusters_and_resumes_without_retraining(tmp_path, c
         running = set(ray_tmp.glob("**/session_2*"))
         # without --address, a cluster of its own, not the one running here (ray.init's
         # default would join it, and refuse --workers)
-        first = _study_command(study, out, "--workers", "2", env=env)
+        first = _study_command(study, out, "--workers", "2", "--seeds", "1", env=env)
         assert first.returncode == 0, first.stderr[-3000:]
         local = set(ray_tmp.glob("**/session_2*")) - running
         (tmp_path / "small").mkdir()
         small = _study(tmp_path / "small", arms={"a": {"preset": "synthetic"}}, published=[])
-        code, _, err = _study_main(capsys, small, tmp_path / "j", "--address",
-                                   cluster.address)
+        code, _, err = _study_main(capsys, small, tmp_path / "j", "--seeds", "1",
+                                   "--address", cluster.address)
         assert code == 0, err[-3000:]
         after = set(ray_tmp.glob("**/session_2*")) - running - local
     finally:
@@ -306,8 +314,8 @@ def test_a_study_runs_on_ray_clusters_and_resumes_without_retraining(tmp_path, c
     assert len(running) == 1
     assert len(local) == 1, local  # the search's draws and the arms' trials: one session
     assert not after  # --address: the running cluster's session
-    assert "| a | - | 2 of 2 |" in (tmp_path / "j" / "results.md").read_text()
-    assert "4 trials in" in first.stdout and "0 done before" in first.stdout
+    assert "| a | - | 1 of 1 |" in (tmp_path / "j" / "results.md").read_text()
+    assert "2 trials in" in first.stdout and "0 done before" in first.stdout
     searched = sorted((out / "searches" / "s").glob("trial_*"))
     assert [r.name for r in searched] == ["trial_000", "trial_001"]
     valid = {r.name: json.loads((r / "metrics.json").read_text())["valid_perplexity"]
@@ -315,24 +323,24 @@ def test_a_study_runs_on_ray_clusters_and_resumes_without_retraining(tmp_path, c
     best = min(valid, key=valid.get)
     draw = json.loads((out / "searches" / "s" / best / "sample.json").read_text())["values"]
     runs = sorted((out / "trials").iterdir())
-    assert [r.name for r in runs] == ["a__seed1", "a__seed2", "s__seed1", "s__seed2"]
-    for run in runs[2:]:
-        config = json.loads((run / "config.json").read_text())
-        assert config["model"]["hidden_dim"] == draw["model.hidden_dim"]
-        assert config["model"]["dropout"] == draw["model.dropout"]
-        assert config["training"]["lr"] == 2.0  # the arm's, not the draw's
+    assert [r.name for r in runs] == ["a__seed1", "s__seed1"]
+    config = json.loads((runs[1] / "config.json").read_text())
+    assert config["model"]["hidden_dim"] == draw["model.hidden_dim"]
+    assert config["model"]["dropout"] == draw["model.dropout"]
+    assert config["training"]["lr"] == 2.0  # the arm's, not the draw's
     stamps = {r.name: (r / "metrics.json").stat().st_mtime_ns for r in runs + searched}
     table = (out / "results.md").read_text()
-    assert "| a | - | 2 of 2 |" in table and "| s | - | 2 of 2 |" in table
+    assert "| a | - | 1 of 1 |" in table and "| s | - | 1 of 1 |" in table
     assert f"Chosen: {best} (validation perplexity {valid[best]:.2f})" in table
     assert "| `model.dropout` |" in table and (out / "curves.png").stat().st_size > 0
     assert (out / "engine").is_dir()  # Tune's records: the trials ran on Ray
-    code, printed, err = _study_main(capsys, study, out, "--workers", "2")
+    code, printed, err = _study_main(capsys, study, out, "--workers", "2", "--seeds", "1")
     assert code == 0, err[-3000:]
-    assert "4 done before, 0 to resume, 0 new" in printed
+    assert "2 done before, 0 to resume, 0 new" in printed
     assert {r.name: (r / "metrics.json").stat().st_mtime_ns for r in runs + searched} == stamps
-    code, _, err = _study_main(capsys, study, out, "--seeds", "1")
+    code, _, err = _study_main(capsys, study, out)  # both seeds: another study's folder
     assert code == 2 and "resume it with its own command" in err
+    assert sorted(r.name for r in (out / "trials").iterdir()) == ["a__seed1", "s__seed1"]
 
 
 def test_a_missing_corpus_or_engine_stops_before_any_trial(tmp_path, capsys, monkeypatch):

@@ -188,11 +188,12 @@ def _cli(args, kill_after_checkpoint=False):
 
 
 def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, capsys):
-    """Killed after its first epoch's checkpoint, the run resumes, in a fresh process, to
-    the figures of the uninterrupted run (made in this process: a run's figures do not
-    depend on what its process ran before); the command again without --resume is refused
-    (in this process: it checks the refusal, not a start)."""
-    args = ["--epochs", "3", *TINY, "--set", "model.dropout=0.2",
+    """Killed after its first epoch's checkpoint (a process of its own, ended with no
+    clean-up), the run resumes to the figures of the uninterrupted run. The uninterrupted
+    run, the refusal of the command again without --resume and the resumed run are made in
+    this process: a run's figures do not depend on what its process ran before, and the
+    resume reads nothing but the killed run's folder."""
+    args = ["--epochs", "2", *TINY, "--set", "model.dropout=0.2",
             "--set", "model.weight_dropout=0.3"]
     assert train.main([*args, "--out", str(tmp_path / "full")]) == 0
     killed = _cli([*args, "--out", str(tmp_path / "cut")], kill_after_checkpoint=True)
@@ -203,11 +204,10 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, capsys):
     capsys.readouterr()
     assert train.main([*args, "--out", str(tmp_path / "cut")]) == 2
     assert "--resume" in capsys.readouterr().err
-    resumed = _cli(["--resume", str(tmp_path / "cut"), "--quiet"])
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert train.main(["--resume", str(tmp_path / "cut"), "--quiet"]) == 0
     a = json.loads((tmp_path / "full" / "metrics.json").read_text())
     b = json.loads((tmp_path / "cut" / "metrics.json").read_text())
-    assert [h["epoch"] for h in b["history"]] == [1, 2, 3]
+    assert [h["epoch"] for h in b["history"]] == [1, 2]
     for key in ("perplexity", "val_perplexity"):
         np.testing.assert_allclose([h[key] for h in b["history"]],
                                    [h[key] for h in a["history"]], rtol=1e-5)
