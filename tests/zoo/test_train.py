@@ -191,8 +191,8 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, capsys):
     """Killed after its first epoch's checkpoint (a process of its own, ended with no
     clean-up), the run resumes to the figures of the uninterrupted run. The uninterrupted
     run, the refusal of the command again without --resume and the resumed run are made in
-    this process: a run's figures do not depend on what its process ran before, and the
-    resume reads nothing but the killed run's folder."""
+    this process (a run's figures do not depend on what its process ran before; the
+    command line's --resume in a process of its own: tests/zoo/test_train_faults.py)."""
     args = ["--epochs", "2", *TINY, "--set", "model.dropout=0.2",
             "--set", "model.weight_dropout=0.3"]
     assert train.main([*args, "--out", str(tmp_path / "full")]) == 0
