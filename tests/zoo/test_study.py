@@ -79,11 +79,13 @@ def test_every_smoke_trial_of_every_bundled_study_builds_and_runs_a_window(name)
         settings = RunSettings.from_config(trial.config)
         vocab = trial.config["corpus"].get("vocab_size") or 10_000  # PTB's: smoke text
         key = json.dumps([trial.config["model"], settings.training.model_arguments(),
-                          settings.training.precision, vocab], sort_keys=True, default=str)
-        model = models.get(key) or build_model(settings, vocab)
+                          settings.training.precision, vocab], sort_keys=True)
+        first = key not in models
+        if first:
+            models[key] = build_model(settings, vocab)
+        model = models[key]
         model.compile(optimizer=make_optimizer(settings.training))
-        if key not in models:
-            models[key] = model
+        if first:
             model.build((None, None))
             out = model.forward_with_state(np.zeros((1, 4), "int32"))[0]
             assert np.asarray(out).shape == (1, 4, vocab), trial.name

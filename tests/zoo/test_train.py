@@ -164,14 +164,9 @@ def test_cli_module_runs_without_start_up_noise(tmp_path):
     assert len(frozen) == 2 and frozen[0] > 100_000 and frozen[1] > 0
 
 
-def _cli(args, kill_after_checkpoint=False):
-    """`python -m zoo.train ARGS` in a fresh process; with `kill_after_checkpoint` the
-    process dies (exit 137, no cleanup, as when killed) right after its first epoch
-    checkpoint is written."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    if not kill_after_checkpoint:
-        return subprocess.run([sys.executable, "-m", "zoo.train", *args], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=600)
+def _killed_after_first_checkpoint(args):
+    """`zoo.train`'s main with ARGS in a fresh process that dies (exit 137, no clean-up, as
+    when killed) right after its first epoch checkpoint is written."""
     code = f"""if True:
         import os, sys
         from zoo import train
@@ -183,7 +178,8 @@ def _cli(args, kill_after_checkpoint=False):
         checkpoint.save_checkpoint = save_then_die
         sys.exit(train.main({list(args)!r}))
     """
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
                           capture_output=True, text=True, timeout=600)
 
 
@@ -196,7 +192,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, capsys):
     args = ["--epochs", "2", *TINY, "--set", "model.dropout=0.2",
             "--set", "model.weight_dropout=0.3"]
     assert train.main([*args, "--out", str(tmp_path / "full")]) == 0
-    killed = _cli([*args, "--out", str(tmp_path / "cut")], kill_after_checkpoint=True)
+    killed = _killed_after_first_checkpoint([*args, "--out", str(tmp_path / "cut")])
     assert killed.returncode == 137
     assert not (tmp_path / "cut" / "metrics.json").exists()
     state = json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())
