@@ -88,6 +88,7 @@ def test_a_cpu_trace_gives_the_xla_ops_of_the_traced_steps(tmp_path):
     assert 0 < found["busy_ms"] <= 1e3 * sum(times) / 3
 
 
+@pytest.mark.slow  # 8 s; a benchmark's tool, no README claim
 def test_a_tiny_run_profiles_each_system(tmp_path, monkeypatch):
     pytest.importorskip("jax")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # no spinning thread pools on a busy machine

@@ -228,6 +228,7 @@ def test_torch_backend_fit_and_state_carrying():
     assert gap < 1e-5
 
 
+@pytest.mark.slow  # 8 s; in CI: test_jax_backend's JAX step [mos] equals TensorFlow's
 def test_jax_backend_forward_and_backward():
     out = run_in_backend("jax", """
         import numpy as np, jax, keras

@@ -149,6 +149,7 @@ def test_training_on_padded_windows_equals_unpadded(backend, head):
     assert float(out[5]) == pytest.approx(float(out[6]), rel=1e-5)
 
 
+@pytest.mark.slow  # 11 s; in CI the traces are counted by test_compiled_lengths
 def test_jax_compiles_once_per_padded_length():
     out = run_in_backend("jax", """
         import numpy as np, keras

@@ -390,6 +390,7 @@ def mirrored():
     return _result(_run(MIRRORED_SNIPPET))
 
 
+@pytest.mark.slow  # 28 s of CI; no README claim rests on it (test_distribute keeps mirrored fits)
 @pytest.mark.parametrize("part", ["sc", "sc_dropout_noise_advsoft", "partial_shuffle"])
 def test_mirrored_two_cpus_train_like_one_device(mirrored, part):
     """Spectrum control (every penalty on; its orthogonality and decay penalties are part of

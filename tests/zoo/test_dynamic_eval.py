@@ -166,6 +166,7 @@ def test_equals_the_mos_codes_dynamiceval_on_identical_weights(head):
     del torch
 
 
+@pytest.mark.slow  # 11 s; no README claim (the adaptation: the MoS-code parity tests here)
 def test_adapts_to_text_whose_statistics_drift(tiny_run):
     """The tiny run's model, trained on one Markov language, meets a test split whose second
     half comes from another: dynamic evaluation ends well below static evaluation."""

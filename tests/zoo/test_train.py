@@ -183,6 +183,9 @@ def _killed_after_first_checkpoint(args):
                           capture_output=True, text=True, timeout=600)
 
 
+# Slow tier: in CI, test_train_faults' runs killed in a checkpoint swap resume to the same
+# result, and test_train_errors' Ctrl-C test refuses the command again without --resume.
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, capsys):
     """Killed after its first epoch's checkpoint (a process of its own, ended with no
     clean-up), the run resumes to the figures of the uninterrupted run. The uninterrupted

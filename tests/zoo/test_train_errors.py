@@ -213,7 +213,7 @@ def test_resume_plan_of_stopped_killed_and_shortened_runs(tmp_path):
 
 # --- Ctrl-C and damaged checkpoints ---------------------------------------------------------
 
-def test_ctrl_c_prints_how_to_resume_and_keeps_the_checkpoint(tmp_path):
+def test_ctrl_c_prints_how_to_resume_and_keeps_the_checkpoint(tmp_path, capsys):
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # a user's shell
     proc = subprocess.Popen(
@@ -239,6 +239,9 @@ def test_ctrl_c_prints_how_to_resume_and_keeps_the_checkpoint(tmp_path):
     resume = shlex.join(["python", "-m", "zoo.train", "--resume", str(out), "--quiet"])
     assert err.strip().endswith(f"continue the run with: {resume}"), err
     assert not (out / "metrics.json").exists()
+    # The same command again does not start over on the kept checkpoint: it says --resume.
+    assert train.main(["--epochs", "50", "--out", str(out), *TINY]) == 2
+    assert "--resume" in capsys.readouterr().err
     # The checkpoint is whole: the run goes on from it and finishes.
     assert train.main(["--resume", str(out), "--epochs", str(done + 1), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())

@@ -176,6 +176,7 @@ def test_jax_training_pads_to_compiled_lengths_with_the_same_weights():
     assert diff < 1e-5
 
 
+@pytest.mark.slow  # 10 s; in CI: test_data_parallel's one training program
 def test_batches_already_on_the_device_are_padded_there_too():
     """Keras' JAX trainer hands the step each batch as a `jax.Array` on a GPU (its
     one-batch-ahead `device_put`) and under a `keras.distribution`; those were passed on

@@ -74,6 +74,7 @@ def test_fit_and_evaluate_take_it():
     assert from_sequence == pytest.approx(from_tf_data, rel=1e-6)
 
 
+@pytest.mark.slow  # 26 s; in CI zoo.train feeds it on JAX: test_without_tensorflow[jax]
 def test_fit_and_evaluate_take_it_on_jax():
     from tests.backends import run_tests_in_backend
     run_tests_in_backend("jax", __file__, "test_fit_and_evaluate_take_it and not on_jax")

@@ -8,6 +8,7 @@ import textwrap
 
 import keras
 import numpy as np
+import pytest
 
 import zoo
 from zoo.models import keras_registration, registry
@@ -32,19 +33,24 @@ def _load_in_fresh_process(imports, path):
     return name, float(total)
 
 
-def test_keras_load_model_after_import_zoo_in_any_order(tiny_run):
+IMPORT_ORDERS = {
+    "zoo_first": "import zoo; assert 'keras' not in sys.modules; import keras, numpy as np",
+    "keras_first": "import keras, numpy as np; import zoo",
+    "tflm_between": "import zoo, tflm, keras, numpy as np",
+}
+
+
+@pytest.mark.parametrize("order", list(IMPORT_ORDERS))
+def test_keras_load_model_after_import_zoo_in_any_order(tiny_run, order):
     """The issue's case (`import zoo` then `keras.saving.load_model`, Keras imported
     later), Keras imported first, and tflm imported between them (tflm then imports
     Keras while zoo waits for it): each rebuilds the AWD-LSTM with the saved weights."""
     path = tiny_run / "best.keras"
     expected = float(keras.ops.convert_to_numpy(
         zoo.load_model(path)(np.array([[1, 2, 3]]))).sum())
-    for imports in ("import zoo; assert 'keras' not in sys.modules; import keras, numpy as np",
-                    "import keras, numpy as np; import zoo",
-                    "import zoo, tflm, keras, numpy as np"):
-        name, total = _load_in_fresh_process(imports, path)
-        assert name == "zoo.models.awd_lstm.awd_lstm_lm.AWDLSTM", imports
-        np.testing.assert_allclose(total, expected, rtol=1e-4, err_msg=imports)
+    name, total = _load_in_fresh_process(IMPORT_ORDERS[order], path)
+    assert name == "zoo.models.awd_lstm.awd_lstm_lm.AWDLSTM"
+    np.testing.assert_allclose(total, expected, rtol=1e-4)
 
 
 def test_every_name_zoo_registers_has_a_stand_in():
