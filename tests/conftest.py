@@ -110,8 +110,9 @@ def without_native_log_lines(text):
                    if not _NATIVE_LOG_LINE.match(line))
 
 
-# Backend variants of a test whose sibling variants stay in CI: the long tier (-m slow) runs
-# them, so CI keeps one or two backends of each check and stays nearer its 15 minutes.
+# Variants of a test (backends, heads, cases) whose sibling variants, or the CI test named
+# beside them, stay in CI: the long tier (-m slow) runs them, so CI keeps one or two backends
+# of each check and stays under its 15 minutes.
 # Durations: the full suite on the 2-core CI machine, `--durations`, 2026-11-28.
 SLOW_VARIANTS = {
     "tests/tflm/layers/test_cnf_heads.py::test_flow_heads_fit_and_reload[torch]",  # 21 s
@@ -165,6 +166,15 @@ SLOW_VARIANTS = {
     "test_keras_load_model_after_import_zoo_in_any_order[keras_first]",  # 7 s; [zoo_first]
     "tests/zoo/models/test_keras_registration.py::"
     "test_keras_load_model_after_import_zoo_in_any_order[tflm_between]",  # 7 s; [zoo_first]
+    # The flow heads' per-head variants: `node`, their ODE solver, stays in CI for each.
+    "tests/zoo/runs/test_xla_evaluation.py::test_every_head_evaluates_the_same_under_xla[cnf]",
+    "tests/zoo/runs/test_xla_evaluation.py::test_every_head_evaluates_the_same_under_xla[ccnf]",
+    "tests/tools/test_qmatrix_export.py::"
+    "test_tensorflow_window_forward_equals_the_eager_forward_for_every_head[cnf]",
+    "tests/tools/test_qmatrix_export.py::"
+    "test_tensorflow_window_forward_equals_the_eager_forward_for_every_head[ccnf]",
+    "tests/tools/test_word_similarity.py::"
+    "test_both_tools_give_the_same_figures_on_the_other_backends[jax]",  # 6 s; no README claim
 }
 
 
