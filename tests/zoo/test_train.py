@@ -226,14 +226,27 @@ def test_corrupt_checkpoint_is_refused_and_kept(tmp_path, capsys):
     assert "no checkpoint" in capsys.readouterr().err
 
 
-def test_et_asgd_run_then_finetune(tmp_path, capsys):
+def test_et_asgd_run_with_regularizers_by_set_then_finetune(tmp_path, capsys):
+    """ET-ASGD (averaging from epoch 2) with AdvSoft, embedding noise, MLE-CosReg and partial
+    shuffle turned on with --set (as the ablation presets set them); then the AdvSoft
+    README's finetuning change (alpha 0.028, no embedding noise) from the averaged model, at
+    lr 0, so that the model it starts from is the one it keeps."""
     out = tmp_path / "asgd"
     code = train.main(["--epochs", "3", "--out", str(out), *TINY,
                        "--set", "training.optimizer=asgd", "--set", "training.switch=epoch",
-                       "--set", "training.switch_epoch=1"])
+                       "--set", "training.switch_epoch=1",
+                       "--set", "model.head.adversarial_alpha=0.005",
+                       "--set", "model.embedding_noise=0.15",
+                       "--set", "model.cosine_regularization=0.5",
+                       "--set", "training.partial_shuffle=true"])
     assert code == 0, capsys.readouterr().err
     metrics = json.loads((out / "metrics.json").read_text())
     assert [h["averaging"] for h in metrics["history"]] == [0.0, 1.0, 1.0]
+    assert all(np.isfinite(h["val_perplexity"]) for h in metrics["history"])
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["embedding_noise"] == 0.15
+    assert config["model"]["cosine_regularization"] == 0.5
+    assert config["training"]["partial_shuffle"] is True
     # best.keras holds averaged weights: the final valid figure is evaluated afresh.
     assert "valid_from" not in metrics["evaluation"] and "evaluate_valid" in metrics["seconds"]
     state = json.loads((out / "checkpoint" / "state.json").read_text())
@@ -247,7 +260,6 @@ def test_et_asgd_run_then_finetune(tmp_path, capsys):
     # best.keras holds the averaged weights: its validation perplexity is the logged one.
     import keras
     from tflm import data
-    config = json.loads((out / "config.json").read_text())
     corpus, _ = load_data(config["corpus"], None)
     best = keras.saving.load_model(out / "best.keras")
     ds = data.lm_dataset(corpus.valid, config["training"]["eval_batch_size"], 10, train=False)
@@ -257,16 +269,21 @@ def test_et_asgd_run_then_finetune(tmp_path, capsys):
     # Finetuning keeps the model it starts from unless an epoch beats it (the references'
     # stored_loss starts at evaluate(val_data)): with lr 0 no epoch does.
     code = train.main(["--finetune", str(out), "--epochs", "2", "--quiet",
-                       "--set", "training.lr=0"])
+                       "--set", "training.lr=0", "--set", "model.head.adversarial_alpha=0.028",
+                       "--set", "model.embedding_noise=0"])
     assert code == 0, capsys.readouterr().err
     tuned = json.loads((out / "finetune" / "metrics.json").read_text())
     assert tuned["history"][0]["averaging"] == 1.0
     assert tuned["best_epoch"] == 0
     assert tuned["valid_perplexity"] == pytest.approx(best_logged, rel=1e-5)
     kept = keras.saving.load_model(out / "finetune" / "best.keras")
+    assert kept.head.adversarial_alpha == 0.028 and kept.backbone.noise is None
     for a, b in zip(kept.get_weights(), best.get_weights()):
         np.testing.assert_array_equal(a, b)
     assert json.loads((out / "finetune" / "config.json").read_text())["finetune"]["from"]
+    assert train.main(["--out", str(tmp_path / "bad"), *TINY,
+                       "--set", "training.partial_shuffle=3"]) == 2
+    assert "partial_shuffle" in capsys.readouterr().err
 
 
 def test_window_padding_default_follows_the_backend():
@@ -275,36 +292,6 @@ def test_window_padding_default_follows_the_backend():
     assert default_pad_to_multiple("tensorflow") == default_pad_to_multiple("torch") == 1
     assert pad_to_multiple(TrainingSettings()) == 1  # the tests run on TensorFlow
     assert pad_to_multiple(TrainingSettings.from_dict({"pad_to_multiple": 8})) == 8
-
-
-def test_regularizers_by_set_then_finetune_without_noise(tmp_path, capsys):
-    """AdvSoft, embedding noise, MLE-CosReg and partial shuffle turned on with --set (as the
-    ablation presets set them), then the AdvSoft README's finetuning change: alpha 0.028 and
-    no embedding noise, from the averaged model."""
-    out = tmp_path / "reg"
-    code = train.main(["--epochs", "2", "--out", str(out), *TINY,
-                       "--set", "training.optimizer=asgd", "--set", "training.switch=epoch",
-                       "--set", "training.switch_epoch=1",
-                       "--set", "model.head.adversarial_alpha=0.005",
-                       "--set", "model.embedding_noise=0.15",
-                       "--set", "model.cosine_regularization=0.5",
-                       "--set", "training.partial_shuffle=true"])
-    assert code == 0, capsys.readouterr().err
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert all(np.isfinite(h["val_perplexity"]) for h in metrics["history"])
-    config = json.loads((out / "config.json").read_text())
-    assert config["model"]["embedding_noise"] == 0.15
-    assert config["training"]["partial_shuffle"] is True
-    code = train.main(["--finetune", str(out), "--epochs", "1", "--quiet",
-                       "--set", "model.head.adversarial_alpha=0.028",
-                       "--set", "model.embedding_noise=0"])
-    assert code == 0, capsys.readouterr().err
-    import keras
-    tuned = keras.saving.load_model(out / "finetune" / "best.keras")
-    assert tuned.head.adversarial_alpha == 0.028 and tuned.backbone.noise is None
-    assert train.main(["--out", str(tmp_path / "bad"), *TINY,
-                       "--set", "training.partial_shuffle=3"]) == 2
-    assert "partial_shuffle" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("backend", ["jax", "tensorflow"])
