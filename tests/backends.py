@@ -19,6 +19,15 @@ from tests.conftest import REPO
 _MODULE_OF = {"jax": "jax", "torch": "torch", "tensorflow": "tensorflow"}
 
 
+def _env(backend):
+    """The environment of a command under `backend`: one for snippets and test files alike,
+    so that both are forks of the same preloaded interpreter (another environment would
+    start, and import for, another)."""
+    return dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2",
+                JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
+                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
 def run_in_backend(backend, code, timeout=300, fresh=False):
     """Run `code` with KERAS_BACKEND=backend from the repo root; return its stdout.
 
@@ -34,11 +43,8 @@ def run_in_backend(backend, code, timeout=300, fresh=False):
         pytest.skip(f"Keras backend {backend!r} is not installed")
     if backend == "tensorflow" == keras.backend.backend() and not fresh:
         return run_here(code)
-    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2",
-               JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = preloaded_python.run([sys.executable, "-c", textwrap.dedent(code)], env, REPO,
-                                timeout=timeout, fresh=fresh)
+    proc = preloaded_python.run([sys.executable, "-c", textwrap.dedent(code)], _env(backend),
+                                REPO, timeout=timeout, fresh=fresh)
     if proc.returncode != 0:
         pytest.fail(f"snippet failed under KERAS_BACKEND={backend}:\n{proc.stderr[-4000:]}")
     return proc.stdout
@@ -78,8 +84,8 @@ def run_tests_in_backend(backend, test_file, keyword, timeout=900):
         pytest.skip("run from the TensorFlow session, which starts one process per backend")
     if importlib.util.find_spec(_MODULE_OF[backend]) is None:
         pytest.skip(f"Keras backend {backend!r} is not installed")
-    env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
     proc = preloaded_python.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                 str(test_file), "-k", keyword], env, REPO, timeout=timeout)
+                                 str(test_file), "-k", keyword], _env(backend), REPO,
+                                timeout=timeout)
     assert proc.returncode == 0, f"under KERAS_BACKEND={backend}:\n{proc.stdout[-6000:]}"
     return proc.stdout

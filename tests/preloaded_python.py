@@ -42,10 +42,14 @@ import tempfile
 import time
 import types
 
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRESH = "TFLM_TESTS_FRESH_PROCESSES"
 PRELOAD = {"jax": ["jax", "jax.numpy"], "torch": ["torch"]}
 COMMON = ["numpy", "scipy", "scipy.special", "keras", "pytest", "tflm", "zoo"]
-_VOLATILE = ("PYTEST_CURRENT_TEST",)  # changes every test; read by no import
+# Set mid-session and read by no import: pytest's name of the current test; PyTorch's
+# inductor cache folder, which torch writes into os.environ (its default) the first time it
+# asks for it, so that a worker's later commands would otherwise get a server of their own.
+_VOLATILE = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
 _servers = {}  # environment key -> _Server
 _unservable = set()  # environment keys whose server could not start
 _MAX_SERVERS = 3
@@ -54,20 +58,20 @@ _MAX_SERVERS = 3
 class _Server:
     """One preloaded interpreter (client side)."""
 
-    def __init__(self, env, cwd):
+    def __init__(self, env):
         self.log = tempfile.TemporaryFile()  # what the imports print
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.preloaded_python"], cwd=cwd, env=env,
+        self.process = subprocess.Popen(  # from the repository, where `-m tests...` is found
+            [sys.executable, "-m", "tests.preloaded_python"], cwd=_REPO, env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         try:
             ready = self._read(timeout=300)
         except RuntimeError:
             ready = None
         if not (ready or {}).get("ready"):
-            self.close()
             self.log.seek(0)
-            raise RuntimeError(f"the preloaded interpreter did not start ({ready}):\n"
-                               f"{self.log.read().decode(errors='replace')[-4000:]}")
+            printed = self.log.read().decode(errors="replace")[-4000:]
+            self.close()
+            raise RuntimeError(f"the preloaded interpreter did not start ({ready}):\n{printed}")
 
     def _read(self, timeout):
         """The next reply line, or None when `timeout` seconds pass first."""
@@ -153,7 +157,7 @@ def run(argv, env, cwd, timeout=None, fresh=False):
         elif len(_servers) >= _MAX_SERVERS:  # the oldest goes
             _servers.pop(next(iter(_servers))).close()
         try:
-            server = _servers[key] = _Server(env, cwd)
+            server = _servers[key] = _Server(env)
         except RuntimeError:  # e.g. importing started JAX: this environment runs fresh
             _unservable.add(key)
             return _fresh(argv, env, cwd, timeout)

@@ -76,6 +76,18 @@ def test_modules_run_with_their_arguments(tmp_path):
     assert json.loads(proc.stdout) == ["__main__", ["x", "--y"], str(tmp_path), str(tmp_path)]
 
 
+def test_a_server_first_asked_from_another_folder_starts(tmp_path):
+    """The server starts from the repository whatever the first command's folder (it is
+    `python -m tests.preloaded_python`); the command runs in its own folder."""
+    env = _env(TFLM_TESTS_SERVER_FROM_ELSEWHERE="1")  # a key of its own: a new server
+    assert preloaded_python.server_key(env) not in preloaded_python._servers
+    proc = preloaded_python.run([sys.executable, "-c", "import os; print(os.getppid(), "
+                                 "os.getcwd())"], env, tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    parent, folder = proc.stdout.split()
+    assert int(parent) != os.getpid() and folder == str(tmp_path)
+
+
 def test_a_command_past_its_timeout_is_killed_with_its_children(tmp_path):
     code = ("import subprocess, sys, time\n"
             "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
@@ -104,6 +116,8 @@ def test_other_environments_other_backends_and_opt_outs_take_their_own_process()
     env = _env()
     assert preloaded_python.server_key(env) == preloaded_python.server_key(
         dict(env, PYTEST_CURRENT_TEST="another test"))
+    assert preloaded_python.server_key(env) == preloaded_python.server_key(
+        dict(env, TORCHINDUCTOR_CACHE_DIR="/tmp/set-by-torch-mid-session"))
     assert preloaded_python.server_key(env) != preloaded_python.server_key(
         dict(env, TFLM_SOMETHING_READ_AT_IMPORT="1"))  # another server
     probe = "import os; print(os.getppid())"
@@ -116,7 +130,7 @@ def test_other_environments_other_backends_and_opt_outs_take_their_own_process()
 def test_an_environment_whose_server_does_not_start_runs_fresh(monkeypatch):
     tried = []
 
-    def refuse(env, cwd):
+    def refuse(env):
         tried.append(env)
         raise RuntimeError("the preloaded interpreter did not start")
     monkeypatch.setattr(preloaded_python, "_Server", refuse)
