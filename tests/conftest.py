@@ -139,7 +139,8 @@ SLOW_VARIANTS = {
     "tests/zoo/test_dynamic_eval.py::"
     "test_formula_and_parity_hold_on_the_other_keras_backends[jax]",  # 18 s; the same
     "tests/zoo/test_train.py::"
-    "test_steps_per_execution_trains_as_single_steps[jax]",  # 16 s; [tensorflow], test_scanned_steps
+    "test_steps_per_execution_trains_as_single_steps[jax]",  # 16 s; [tensorflow],
+    # and test_scanned_steps
     "tests/zoo/models/test_mogrifier.py::"
     "test_fit_on_other_backends[jax-softmax]",  # 15 s; tests/tflm/layers/test_mogrifier.py[jax]
     "tests/tflm/backends/test_torch_multi_tensor.py::"
@@ -149,13 +150,15 @@ SLOW_VARIANTS = {
     "tests/test_result_write_faults.py::"
     "test_a_failed_result_write_keeps_the_previous_file[zoo.dynamic_eval]",  # 8 s; the others
     "tests/zoo/presets/test_text8_wt103_presets.py::"
-    "test_wt103_presets_train_shortened_on_a_miniature[awd_lstm_mos_wt103]",  # 8 s; [awd_lstm_wt103]
+    "test_wt103_presets_train_shortened_on_a_miniature[awd_lstm_mos_wt103]",  # 8 s;
+    # [awd_lstm_wt103]
     "tests/zoo/models/test_precision.py::"
     "test_zoo_train_trains_under_mixed_bfloat16_on_jax_and_torch[jax]",  # 8 s; the policy test
     "tests/tflm/backends/test_backend_ops.py::"
     "test_backend_ops_against_numpy[torch]",  # 7 s; test_torch_linear, [jax]
     "tests/tflm/test_padding.py::"
-    'test_training_on_padded_windows_equals_unpadded[jax-"softmax"]',  # 21 s; test_compiled_lengths
+    'test_training_on_padded_windows_equals_unpadded[jax-"softmax"]',  # 21 s;
+    # test_compiled_lengths' JAX run pads and equals the unpadded weights
     "tests/tflm/layers/test_cnf_heads.py::"
     "test_flow_heads_fit_and_reload[tensorflow]",  # 16 s; test_transfer's ccnf run, the README's
     "tests/tflm/ode/test_ode.py::"

@@ -12,7 +12,9 @@ KERAS_BACKENDS = [b for b in ("tensorflow", "jax", "torch")
                   if importlib.util.find_spec(b) is not None]
 
 
-@pytest.mark.slow  # 16 s; in CI: the JAX step [mos] here, test_without_tensorflow[jax], test_evaluate[jax]
+# Slow tier (16 s); in CI: the JAX step [mos] here, test_without_tensorflow[jax],
+# test_evaluate[jax].
+@pytest.mark.slow
 @pytest.mark.skipif("jax" not in KERAS_BACKENDS, reason="jax is not installed")
 def test_jax_fit_carries_state_evaluates_predicts_and_saves(tmp_path):
     out = run_in_backend("jax", f"""

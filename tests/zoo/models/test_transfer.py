@@ -91,7 +91,9 @@ def test_transfer_refuses_another_backbone_or_a_lost_projection():
         transfer_weights(mos, gss)
 
 
-@pytest.mark.slow  # 9 s; in CI: the ccnf --init-from run and test_freeze_base_trains_the_head_only_...
+# Slow tier (9 s); in CI: the ccnf --init-from run and
+# test_freeze_base_trains_the_head_only_and_survives_saving.
+@pytest.mark.slow
 def test_zoo_train_init_from_with_a_new_frozen_head(tiny_run, tmp_path):
     run = tmp_path / "base"
     shutil.copytree(tiny_run, run)
