@@ -14,8 +14,9 @@ from tests.backends import run_here
 from tests.conftest import REPO
 from tflm.distribute import free_local_ports
 
-# One subprocess (TensorFlow's logical devices are fixed at start-up) for every
-# MirroredStrategy check on two logical CPUs; each test reads its part of the result.
+# One subprocess (TensorFlow's logical devices are fixed at start-up) for the CI's
+# MirroredStrategy checks on two logical CPUs, another for the slow tier's flow and sampled
+# heads (MIRRORED_HEADS); each test reads its part of a result.
 MIRRORED = """
 import json, numpy as np, keras, tensorflow as tf
 from tflm import distribute
