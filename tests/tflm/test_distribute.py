@@ -17,23 +17,37 @@ from tflm.distribute import free_local_ports
 # One subprocess (TensorFlow's logical devices are fixed at start-up) for the CI's
 # MirroredStrategy checks on two logical CPUs, another for the slow tier's flow and sampled
 # heads (MIRRORED_HEADS); each test reads its part of a result.
-MIRRORED = """
+MIRRORED_PRELUDE = """
 import json, numpy as np, keras, tensorflow as tf
 from tflm import distribute
 distribute.use_logical_cpus(2)
-from tflm.layers import EmbeddingDropout, LockedDropout, WeightDropLSTM
 from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
+strategy = distribute.get_strategy("mirrored", ["/cpu:0", "/cpu:1"])
+
+
+def windows(streams):  # the streams' consecutive 10-position windows (inputs, targets)
+    starts = range(0, streams.shape[1] - 1, 10)
+    return tf.data.Dataset.from_tensor_slices((
+        np.stack([streams[:, i:i+10] for i in starts]),
+        np.stack([streams[:, i+1:i+11] for i in starts])))
+
+
+def twins(kw):  # an AWD-LSTM on one device and its replicated copy, same weights, SGD(2)
+    single = AWDLSTM(30, **kw); single.build()
+    single.compile(optimizer=keras.optimizers.SGD(2.0))
+    with strategy.scope():
+        multi = AWDLSTM(30, **kw); multi.build(); multi.set_weights(single.get_weights())
+        multi.compile(optimizer=keras.optimizers.SGD(2.0))
+    return single, multi
+"""
+
+MIRRORED = MIRRORED_PRELUDE + """
+from tflm.layers import EmbeddingDropout, LockedDropout, WeightDropLSTM
 kw = dict(embed_dim=8, hidden_dim=12, num_layers=2, seed=3, bptt=10, dropout=0, dropout_h=0,
           dropout_i=0, dropout_e=0, weight_dropout=0, clip_norm=0.1, weight_decay=0.01)
 data = np.random.default_rng(0).integers(0, 30, size=(4, 61)).astype("int32")
-xs = np.stack([data[:, i:i+10] for i in range(0, 60, 10)])
-ys = np.stack([data[:, i+1:i+11] for i in range(0, 60, 10)])
-ds = tf.data.Dataset.from_tensor_slices((xs, ys))
-single = AWDLSTM(30, **kw); single.build(); single.compile(optimizer=keras.optimizers.SGD(2.0))
-strategy = distribute.get_strategy("mirrored", ["/cpu:0", "/cpu:1"])
-with strategy.scope():
-    multi = AWDLSTM(30, **kw); multi.build(); multi.set_weights(single.get_weights())
-    multi.compile(optimizer=keras.optimizers.SGD(2.0))
+ds = windows(data)
+single, multi = twins(kw)
 out = {"replicas": strategy.num_replicas_in_sync}
 out["eval"] = [single.evaluate(ds, verbose=0, return_dict=True)["perplexity"],
                multi.evaluate(ds, verbose=0, return_dict=True)["perplexity"]]
@@ -48,9 +62,7 @@ out["eval_after"] = [single.evaluate(ds, verbose=0, return_dict=True)["perplexit
 # pass's perplexity is exp(total NLL / tokens), not the mean of the replicas' perplexities.
 skewed = data.copy()
 skewed[:2] = 0
-sds = tf.data.Dataset.from_tensor_slices((
-    np.stack([skewed[:, i:i+10] for i in range(0, 60, 10)]),
-    np.stack([skewed[:, i+1:i+11] for i in range(0, 60, 10)])))
+sds = windows(skewed)
 weights = single.get_weights()
 bias = [i for i, v in enumerate(single.weights) if "output_bias" in v.path][0]
 weights[bias][0] += 6.0
@@ -134,13 +146,8 @@ out["weight_drop"] = {
 # a real fit with every dropout on: the replicated run equals the one-device run
 kw.update(dropout=0.4, dropout_h=0.3, dropout_i=0.5, dropout_e=0.2, weight_dropout=0.5)
 data = rng.integers(0, 30, size=(8, 31)).astype("int32")
-xs = np.stack([data[:, i:i+10] for i in range(0, 30, 10)])
-ys = np.stack([data[:, i+1:i+11] for i in range(0, 30, 10)])
-ds = tf.data.Dataset.from_tensor_slices((xs, ys))
-single = AWDLSTM(30, **kw); single.build(); single.compile(optimizer=keras.optimizers.SGD(2.0))
-with strategy.scope():
-    multi = AWDLSTM(30, **kw); multi.build(); multi.set_weights(single.get_weights())
-    multi.compile(optimizer=keras.optimizers.SGD(2.0))
+ds = windows(data)
+single, multi = twins(kw)
 h1, h2 = single.fit(ds, epochs=2, verbose=0).history, multi.fit(ds, epochs=2, verbose=0).history
 out["fit_dropout"] = {"loss": [h1["loss"], h2["loss"]],
                       "weight_diff": float(max(np.abs(a - b).max() for a, b in
@@ -158,10 +165,7 @@ out["noise"] = {"corr": float(np.corrcoef(got[0][:4].ravel(), got[0][4:].ravel()
                 "equals_single": all(bool(np.allclose(m, o)) for m, o in zip(got, ref))}
 kw.update(head={"type": "softmax", "adversarial_alpha": 0.05}, embedding_noise=0.2,
           cosine_regularization=0.5)
-single = AWDLSTM(30, **kw); single.build(); single.compile(optimizer=keras.optimizers.SGD(2.0))
-with strategy.scope():
-    multi = AWDLSTM(30, **kw); multi.build(); multi.set_weights(single.get_weights())
-    multi.compile(optimizer=keras.optimizers.SGD(2.0))
+single, multi = twins(kw)
 h1, h2 = single.fit(ds, epochs=2, verbose=0).history, multi.fit(ds, epochs=2, verbose=0).history
 out["fit_regularized"] = {"loss": [h1["loss"], h2["loss"]],
                           "weight_diff": float(max(np.abs(a - b).max() for a, b in
@@ -197,16 +201,8 @@ print("RESULT " + json.dumps(out))
 # The heads whose mirrored fit is the slow tier's (their replicated traces are most of this
 # file's time; no README claim rests on them alone: AdvSoft's targets under MirroredStrategy
 # are `fit_regularized` above).
-MIRRORED_HEADS = """
-import json, numpy as np, keras, tensorflow as tf
-from tflm import distribute
-distribute.use_logical_cpus(2)
-from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
-strategy = distribute.get_strategy("mirrored", ["/cpu:0", "/cpu:1"])
-data = np.random.default_rng(1).integers(0, 30, size=(8, 31)).astype("int32")
-xs = np.stack([data[:, i:i+10] for i in range(0, 30, 10)])
-ys = np.stack([data[:, i+1:i+11] for i in range(0, 30, 10)])
-ds = tf.data.Dataset.from_tensor_slices((xs, ys))
+MIRRORED_HEADS = MIRRORED_PRELUDE + """
+ds = windows(np.random.default_rng(1).integers(0, 30, size=(8, 31)).astype("int32"))
 out = {}
 
 # NeuralODELogits: each replica solves its half of the batch (its own adaptive steps), and
@@ -214,10 +210,7 @@ out = {}
 kw = dict(embed_dim=8, hidden_dim=12, num_layers=2, seed=3, bptt=10, dropout=0, dropout_h=0,
           dropout_i=0, dropout_e=0, weight_dropout=0, clip_norm=0.1,
           head={"type": "node", "rtol": 1e-7, "atol": 1e-7})
-single = AWDLSTM(30, **kw); single.build(); single.compile(optimizer=keras.optimizers.SGD(2.0))
-with strategy.scope():
-    multi = AWDLSTM(30, **kw); multi.build(); multi.set_weights(single.get_weights())
-    multi.compile(optimizer=keras.optimizers.SGD(2.0))
+single, multi = twins(kw)
 h1, h2 = single.fit(ds, epochs=2, verbose=0).history, multi.fit(ds, epochs=2, verbose=0).history
 out["fit_node"] = {"loss": [h1["loss"], h2["loss"]], "nfe": h2["nfe"],
                    "weight_diff": float(max(np.abs(a - b).max() for a, b in
@@ -231,10 +224,7 @@ for name, head in (("softmax", {"type": "softmax", "num_samples": 5, "sampling_s
                    ("ccnf", {"type": "ccnf", "num_samples": 3, "sampling_seed": 4, "seed": 5,
                              "rtol": 1e-6, "atol": 1e-6})):
     kw["head"] = head
-    single = AWDLSTM(30, **kw); single.build(); single.compile(optimizer=keras.optimizers.SGD(2.0))
-    with strategy.scope():
-        multi = AWDLSTM(30, **kw); multi.build(); multi.set_weights(single.get_weights())
-        multi.compile(optimizer=keras.optimizers.SGD(2.0))
+    single, multi = twins(kw)
     h1 = single.fit(ds, epochs=2, verbose=0).history
     h2 = multi.fit(ds, epochs=2, verbose=0).history
     out["fit_sampled"][name] = {

@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from tests.numeric_grad import numeric_grad
+from tests.tflm.test_distribute import MIRRORED_PRELUDE, _result, _run
 from tflm.data import batchify, partial_shuffle
 from tflm.layers import EmbeddingNoise, SpectralEmbedding, TiedEmbedding
 from tflm.layers.spectral_embedding import derived_decay_constants
@@ -326,26 +327,9 @@ def test_evaluation_is_unchanged_by_every_regularizer(tmp_path):
 # at start-up), as tests/tflm/test_distribute.py does for AdvSoft, embedding noise and MLE-CosReg:
 # spectrum control, with dropout off and then with every dropout, AdvSoft and embedding noise
 # on (per-stream draws: a replicated step draws what one device draws), and partial shuffle.
-MIRRORED_SNIPPET = """
-import json, numpy as np, keras, tensorflow as tf
-from tflm import data, distribute
-distribute.use_logical_cpus(2)
-from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
-strategy = distribute.get_strategy("mirrored", ["/cpu:0", "/cpu:1"])
+MIRRORED_SNIPPET = MIRRORED_PRELUDE + """
+from tflm import data
 rng = np.random.default_rng(0)
-
-def windows(streams):
-    xs = np.stack([streams[:, i:i + 10] for i in range(0, 30, 10)])
-    ys = np.stack([streams[:, i + 1:i + 11] for i in range(0, 30, 10)])
-    return tf.data.Dataset.from_tensor_slices((xs, ys))
-
-def twins(kw):
-    single = AWDLSTM(30, **kw); single.build()
-    single.compile(optimizer=keras.optimizers.SGD(2.0))
-    with strategy.scope():
-        multi = AWDLSTM(30, **kw); multi.build(); multi.set_weights(single.get_weights())
-        multi.compile(optimizer=keras.optimizers.SGD(2.0))
-    return single, multi
 
 def compare(kw, ds, epochs=2):
     single, multi = twins(kw)
@@ -386,7 +370,6 @@ print("RESULT " + json.dumps(result))
 
 @pytest.fixture(scope="module")
 def mirrored():
-    from tests.tflm.test_distribute import _result, _run
     return _result(_run(MIRRORED_SNIPPET))
 
 
