@@ -107,6 +107,39 @@ def in_symbolic_scope():
     return _in_symbolic_scope()
 
 
+def keras_mask(tensor):
+    """The Keras mask attached to `tensor` (`Embedding(mask_zero=True)` attaches one), or
+    None."""
+    # keras.src.backend.get_keras_mask: `Layer.__call__` fills a layer's `mask` argument
+    # from it; nothing public reads it.
+    return keras_backend.get_keras_mask(tensor)
+
+
+def keras_call_is_plain(layer):
+    """Whether Keras' `Layer.__call__` of `layer` would run `layer.call` as it is, as far
+    as its call-independent state goes: no autocast scope to open or leave (a mixed
+    precision policy, or a scope another layer's call opened), no rematerialization
+    (`keras.RematScope` at construction), and, on PyTorch, no forward or backward hook on
+    the module or registered globally (`torch.nn.Module.__call__` runs those)."""
+    # keras.src.backend.get_autocast_scope and Layer._remat_mode: what `Layer.__call__` and
+    # `Operation.__call__` read; nothing public tells whether either is set.
+    if (layer.compute_dtype != layer.variable_dtype
+            or keras_backend.get_autocast_scope() is not None):
+        return False
+    if getattr(layer, "_remat_mode", None) is not None:
+        return False
+    if keras_backend.backend() != "torch":
+        return True
+    # torch.nn.Module's hook dictionaries, module and global: what Module.__call__ itself
+    # checks before its fast path; PyTorch has no public query for registered hooks.
+    from torch.nn.modules import module as torch_module  # deferred: PyTorch is optional
+    return not (layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks
+                or layer._backward_pre_hooks or torch_module._global_forward_hooks
+                or torch_module._global_forward_pre_hooks
+                or torch_module._global_backward_hooks
+                or torch_module._global_backward_pre_hooks)
+
+
 def jax_backend_started():
     """True once JAX has started its backends (XLA read `XLA_FLAGS` then, once)."""
     # jax._src.xla_bridge.backends_are_initialized: the public jax.devices() and

@@ -87,6 +87,31 @@ def test_layer_flatten_layers_walks_nested_layers():
     assert [layer.name for layer in compat.nested_layers(outer)] == ["outer", "inner"]
 
 
+def test_keras_mask_is_read_from_a_tensor():
+    tokens = np.array([[0, 1, 2]])
+    masked = keras.layers.Embedding(5, 4, mask_zero=True)(tokens)
+    assert keras.ops.convert_to_numpy(compat.keras_mask(masked)).tolist() == [[False, True, True]]
+    assert compat.keras_mask(keras.ops.ones((1, 3))) is None
+
+
+def test_keras_call_is_plain_sees_mixed_precision_and_autocast_scopes():
+    plain = keras.layers.Dense(2)
+    mixed = keras.layers.Dense(2, dtype="mixed_bfloat16")
+    seen = {}
+
+    class MixedParent(keras.layers.Layer):  # its __call__ opens an autocast scope
+        def call(self, inputs):
+            seen["inside"] = compat.keras_call_is_plain(plain)
+            return inputs
+
+    MixedParent(dtype="mixed_bfloat16")(np.ones((1, 3), "float32"))
+    assert compat.keras_call_is_plain(plain) and not compat.keras_call_is_plain(mixed)
+    assert seen == {"inside": False}
+    with keras.RematScope(mode="full"):
+        remat = keras.layers.Dense(2)
+    assert not compat.keras_call_is_plain(remat)
+
+
 def test_symbolic_scope_is_visible():
     assert not compat.in_symbolic_scope()
     with keras.SymbolicScope():

@@ -12,6 +12,7 @@ the small interface of `tflm.backends.base.Backend` (docs/design.md, contract 6)
     lstm_kernels.py         which LSTM kernel runs a window: fused (cuDNN) or portable
     lstm_backward.py        the portable loop's backward pass written out (one dU GEMM)
     torch_lstm.py, jax_lstm.py   the fused kernels Keras does not offer
+    torch_layer_calls.py    layers called without Keras' bookkeeping where it changes nothing
 
 `current()` returns the object of the running Keras backend. Importing this package
 imports no framework; each backend module is imported when first asked for.

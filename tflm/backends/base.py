@@ -185,6 +185,13 @@ class Backend:
         are concrete and `tflm.padding.padding_mask` looks at them."""
         return None
 
+    def call_layer(self, layer, *args, **kwargs):
+        """`layer(*args, **kwargs)`. PyTorch runs `layer.call` directly where Keras'
+        `Layer.__call__` would change nothing (`tflm.backends.torch_layer_calls`): its eager
+        step pays that bookkeeping on the host at every call, the traced steps of the
+        other backends once."""
+        return layer(*args, **kwargs)
+
     def linear(self, x, weight, bias=None):
         """`x weight^T + bias`, `weight` `(out, in)` (a tied embedding's layout)."""
         out = ops.matmul(x, ops.transpose(weight))

@@ -4,7 +4,7 @@ import keras
 import torch
 
 from tflm import compat
-from tflm.backends import torch_host_copies, torch_linear, torch_lstm
+from tflm.backends import torch_host_copies, torch_layer_calls, torch_linear, torch_lstm
 from tflm.backends.base import Backend, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 
@@ -148,6 +148,9 @@ class TorchBackend(Backend):
         with torch.no_grad():
             compat.torch_foreach_sub_(values, compat.torch_foreach_mul(gradients,
                                                                        _float32(rate)))
+
+    def call_layer(self, layer, *args, **kwargs):
+        return torch_layer_calls.call(layer, *args, **kwargs)
 
     def linear(self, x, weight, bias=None):
         """oneDNN's GEMMs on an x86 CPU (`tflm.backends.torch_linear`: half MKL's time for

@@ -149,10 +149,12 @@ class BackboneHeadModel(LanguageModel):
             kwargs["mask"] = mask
         if targets is not None and training and self.uses_targets:
             kwargs["targets"] = targets
-        return self.head(head_inputs, training=training, **kwargs)
+        return backends.current().call_layer(self.head, head_inputs, training=training,
+                                             **kwargs)
 
     def _forward(self, tokens, states=None, training=False, targets=None):
-        out = self.backbone(tokens, states=states, training=training)
+        out = backends.current().call_layer(self.backbone, tokens, states=states,
+                                            training=training)
         log_probs = self.head_log_probs(out, training=training, targets=targets)
         if training:
             self._add_training_losses(out)

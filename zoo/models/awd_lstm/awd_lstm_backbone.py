@@ -5,7 +5,7 @@ import keras
 from tflm.layers import (EmbeddingDropout, EmbeddingNoise, LockedDropout, SpectralEmbedding,
                          TiedEmbedding, WeightDropLSTM)
 from tflm.regularizers import CosineSimilarityRegularizer
-from zoo.models.backbone_call import backbone_outputs, run_layer, split_padding
+from zoo.models.backbone_call import backbone_outputs, call_layer, run_layer, split_padding
 
 
 def _seed(seed, offset):
@@ -151,11 +151,11 @@ class AWDLSTMBackbone(keras.layers.Layer):
 
     def call(self, tokens, states=None, training=False):
         tokens, mask = split_padding(tokens)
-        x = self.embedding(tokens)
-        x = self.embedding_dropout(tokens, x, training=training)
+        x = call_layer(self.embedding, tokens)
+        x = call_layer(self.embedding_dropout, tokens, x, training=training)
         if self.noise is not None:
-            x = self.noise(x, training=training)
-        x = self.input_dropout(x, training=training)
+            x = call_layer(self.noise, x, training=training)
+        x = call_layer(self.input_dropout, x, training=training)
         new_states, layer_outputs, raw_outputs = [], [], []
         for i, lstm in enumerate(self.lstms):
             raw, state = run_layer(lstm, x, None if states is None else states[i], mask,
@@ -164,7 +164,7 @@ class AWDLSTMBackbone(keras.layers.Layer):
             raw_outputs.append(raw)
             dropout = (self.hidden_dropouts[i] if i < self.num_layers - 1
                        else self.output_dropout)
-            x = dropout(raw, training=training)
+            x = call_layer(dropout, raw, training=training)
             layer_outputs.append(x)
         return backbone_outputs(x, layer_outputs, raw_outputs, new_states, mask)
 
