@@ -17,8 +17,15 @@ def _run(code):
     return json.loads(out.split("RESULT", 1)[1])
 
 
-def test_direct_calls_train_the_same_weights_as_keras_calls():
-    result = _run("""
+# One preset per backbone; the MoS one for a head with layers of its own
+PRESETS = {"awd_lstm_ptb": ["model.embed_dim=6", "model.hidden_dim=7"],
+           "zaremba_small_mos_ptb": ["model.hidden_dim=6", "model.head.num_experts=2"],
+           "mogrifier_ptb": ["model.embed_dim=6", "model.hidden_dim=6"]}
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_direct_calls_train_the_same_weights_as_keras_calls(preset):
+    result = _run(f"PRESET, SETS = {preset!r}, {PRESETS[preset]!r}\n" + """
 import collections, json
 import keras, numpy as np
 from tflm.backends import torch_layer_calls
@@ -37,7 +44,7 @@ def counted(layer, args, kwargs):
 def train(direct):
     torch_layer_calls.direct = direct
     keras.utils.set_random_seed(3)
-    config = resolve_config("awd_lstm_ptb", ["model.embed_dim=6", "model.hidden_dim=7"])
+    config = resolve_config(PRESET, SETS)
     fit = PresetFit(RunSettings.from_config(config), 40, 6)
     fit(3)
     fit(3)  # the state carried from the first fit's windows
@@ -52,10 +59,9 @@ print("RESULT" + json.dumps({
     "equal": all(a.shape == b.shape and (a == b).all() for a, b in zip(direct, keras_calls)),
     "moved": sum(float(np.abs(a).sum()) for a in direct)}))
 """)
-    # 10 layers inside the backbone, the backbone and the head: 12 calls a step, all direct
-    # once built (the first step builds the head and the dropouts through __call__)
-    assert result["taken"]["True"] >= 12 * 5
-    assert result["taken"].get("False", 0) <= 12
+    # every call direct once the layers are built (the first step builds the head and the
+    # dropouts through __call__)
+    assert result["taken"]["True"] >= 5 * result["taken"].get("False", 0) > 0
     assert result["weights"] > 10
     assert result["equal"]
 

@@ -3,7 +3,7 @@
 import keras
 
 from tflm.layers import LockedDropout, MogrifierLSTM, StreamDropout, TiedEmbedding
-from zoo.models.backbone_call import backbone_outputs, run_layer, split_padding
+from zoo.models.backbone_call import backbone_outputs, call_layer, run_layer, split_padding
 
 
 def _seed(seed, offset):
@@ -142,11 +142,12 @@ class MogrifierBackbone(keras.layers.Layer):
 
     def call(self, tokens, states=None, training=False):
         tokens, mask = split_padding(tokens)
-        x = self.input_dropout(self.embedding(tokens), training=training)
+        x = call_layer(self.input_dropout, call_layer(self.embedding, tokens),
+                       training=training)
         new_states, raw_outputs = [], []
         for i, lstm in enumerate(self.lstms):
             if i > 0:
-                x = self.inter_layer_dropouts[i - 1](x, training=training)
+                x = call_layer(self.inter_layer_dropouts[i - 1], x, training=training)
             x, state = run_layer(lstm, x, None if states is None else states[i], mask,
                                  training)
             new_states.append(state)
@@ -157,9 +158,10 @@ class MogrifierBackbone(keras.layers.Layer):
                 summed = summed + raw
         else:
             summed = raw_outputs[-1]
-        g = self.output_dropout(summed, training=training)
+        g = call_layer(self.output_dropout, summed, training=training)
         if self.projection is not None:
-            g = self.projection_dropout(self.projection(g), training=training)
+            g = call_layer(self.projection_dropout, call_layer(self.projection, g),
+                           training=training)
         return backbone_outputs(g, raw_outputs[:-1] + [g], raw_outputs, new_states, mask)
 
     def get_config(self):

@@ -3,7 +3,7 @@
 import keras
 
 from tflm.layers import StreamDropout, TiedEmbedding, WeightDropLSTM
-from zoo.models.backbone_call import backbone_outputs, run_layer, split_padding
+from zoo.models.backbone_call import backbone_outputs, call_layer, run_layer, split_padding
 
 
 def _seed(seed, offset):
@@ -106,14 +106,15 @@ class ZarembaBackbone(keras.layers.Layer):
 
     def call(self, tokens, states=None, training=False):
         tokens, mask = split_padding(tokens)
-        x = self.input_dropout(self.embedding(tokens), training=training)
+        x = call_layer(self.input_dropout, call_layer(self.embedding, tokens),
+                       training=training)
         new_states, layer_outputs, raw_outputs = [], [], []
         for i, lstm in enumerate(self.lstms):
             raw, state = run_layer(lstm, x, None if states is None else states[i], mask,
                                    training)
             new_states.append(state)
             raw_outputs.append(raw)
-            x = self.dropouts[i](raw, training=training)
+            x = call_layer(self.dropouts[i], raw, training=training)
             layer_outputs.append(x)
         return backbone_outputs(x, layer_outputs, raw_outputs, new_states, mask)
 
