@@ -94,7 +94,7 @@ def test_keras_mask_is_read_from_a_tensor():
     assert compat.keras_mask(keras.ops.ones((1, 3))) is None
 
 
-def test_keras_call_is_plain_sees_mixed_precision_and_autocast_scopes():
+def test_keras_call_is_plain_sees_mixed_precision_autocast_scopes_and_remat():
     plain = keras.layers.Dense(2)
     mixed = keras.layers.Dense(2, dtype="mixed_bfloat16")
     seen = {}

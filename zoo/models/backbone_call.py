@@ -5,9 +5,10 @@ outputs dict the heads and `tflm.LanguageModel` read.
 The carried state is float32 under a mixed precision policy too (`LanguageModel` keeps it so
 across windows); a layer computes in its own dtype within the window.
 
-Backbones call their layers through `call_layer` (`tflm.backends.Backend.call_layer`): on
-PyTorch, `layer.call` directly where Keras' `Layer.__call__` would only add host work, so a
-layer whose `call` takes `training` is passed it.
+Backbones call their layers, and a zoo model its backbone and head, through `call_layer`
+(`tflm.backends.Backend.call_layer`): on PyTorch, `layer.call` directly where Keras'
+`Layer.__call__` would only add host work, so a layer whose `call` takes `training` is
+passed it.
 """
 
 from keras import ops
@@ -25,7 +26,8 @@ def split_padding(tokens):
 
 
 def call_layer(layer, *args, **kwargs):
-    """`layer(*args, **kwargs)`, as the running backend calls a layer inside a backbone."""
+    """`layer(*args, **kwargs)`, as the running backend calls a layer inside a model
+    (`tflm.backends.Backend.call_layer`)."""
     return backends.current().call_layer(layer, *args, **kwargs)
 
 

@@ -9,6 +9,7 @@ from tflm import backends
 from tflm.language_model import LanguageModel
 from tflm.layers.head import head_from_config
 from zoo.models import preset_folder
+from zoo.models.backbone_call import call_layer
 from zoo.models.heads import make_head
 
 
@@ -149,12 +150,10 @@ class BackboneHeadModel(LanguageModel):
             kwargs["mask"] = mask
         if targets is not None and training and self.uses_targets:
             kwargs["targets"] = targets
-        return backends.current().call_layer(self.head, head_inputs, training=training,
-                                             **kwargs)
+        return call_layer(self.head, head_inputs, training=training, **kwargs)
 
     def _forward(self, tokens, states=None, training=False, targets=None):
-        out = backends.current().call_layer(self.backbone, tokens, states=states,
-                                            training=training)
+        out = call_layer(self.backbone, tokens, states=states, training=training)
         log_probs = self.head_log_probs(out, training=training, targets=targets)
         if training:
             self._add_training_losses(out)
