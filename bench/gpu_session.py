@@ -112,7 +112,7 @@ def stages(work, carried, small):
     base_env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(base),
                                                             os.environ.get("PYTHONPATH")]))}
     return {
-        "info": (30, {}, [py, "-c", INFO], REPO),
+        "info": (30, jax, [py, "-c", INFO], REPO),  # Keras imports its backend: JAX, as the stages
         "mos-profile": (150, jax, [
             *profile, "--preset", "awd_lstm_mos_ptb", "--backends", "jax", "--reference",
             str(mos), "--out", str(work / "mos-profile"), *tiny, *mos_tiny], REPO),
