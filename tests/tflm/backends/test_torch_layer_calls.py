@@ -3,18 +3,11 @@
 trained that way (AWD-LSTM, Zaremba with a MoS head, Mogrifier) ends with the same weights,
 bit for bit, as one trained through `Layer.__call__` everywhere."""
 
-import json
-
 import pytest
 
-from tests.backends import run_in_backend
+from tests.tflm.backends.test_torch_seeds import run_counted
 
 pytest.importorskip("torch")
-
-
-def _run(code):
-    out = run_in_backend("torch", code)
-    return json.loads(out.split("RESULT", 1)[1])
 
 
 # One preset per backbone; the MoS one for a head with layers of its own
@@ -25,7 +18,7 @@ PRESETS = {"awd_lstm_ptb": ["model.embed_dim=6", "model.hidden_dim=7"],
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_direct_calls_train_the_same_weights_as_keras_calls(preset):
-    result = _run(f"PRESET, SETS = {preset!r}, {PRESETS[preset]!r}\n" + """
+    result = run_counted(f"PRESET, SETS = {preset!r}, {PRESETS[preset]!r}\n" + """
 import collections, json
 import keras, numpy as np
 from tflm.backends import torch_layer_calls
@@ -69,7 +62,7 @@ print("RESULT" + json.dumps({
 
 
 def test_keras_calls_wherever_layer_call_would_differ():
-    result = _run("""
+    result = run_counted("""
 import json
 import keras, numpy as np, torch
 from tflm import compat
