@@ -13,6 +13,7 @@ here too.
 import sys
 
 from keras.src import backend as keras_backend
+from keras.src.backend.common.stateless_scope import in_stateless_scope as _in_stateless_scope
 from keras.src.backend.common.symbolic_scope import in_symbolic_scope as _in_symbolic_scope
 
 
@@ -105,6 +106,19 @@ def in_symbolic_scope():
     # keras.src.backend.common.symbolic_scope.in_symbolic_scope: `keras.SymbolicScope` is
     # public but nothing public tells whether one is active.
     return _in_symbolic_scope()
+
+
+def keras_variable_storage(variable):
+    """The tensor a Keras variable holds, to be written in place, where its `value` is
+    that tensor itself: None inside a `keras.StatelessScope` (whose assignments are
+    collected, not made) and where an autocast scope hands out a cast copy."""
+    # keras.src.backend.common.stateless_scope.in_stateless_scope: `keras.StatelessScope`
+    # is public but nothing public tells whether one is active; Variable._value: the
+    # storage behind `value` (which is a copy under autocast), with no public name.
+    if _in_stateless_scope():
+        return None
+    storage = getattr(variable, "_value", None)
+    return storage if storage is not None and variable.value is storage else None
 
 
 def keras_mask(tensor):

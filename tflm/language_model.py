@@ -292,9 +292,11 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         return real / float(self.bptt)
 
     def update_lm_metrics(self, loss, nll_sum, tokens, grad_norm=None):
-        self.loss_tracker.update_from_totals(loss * tokens, tokens)
-        self.nll_tracker.update_from_totals(nll_sum, tokens)
-        self.perplexity_tracker.update_from_totals(nll_sum, tokens)
+        # the float64 totals' operands cast once, not once per tracker
+        nll64, tokens64 = ops.cast(nll_sum, "float64"), ops.cast(tokens, "float64")
+        self.loss_tracker.update_from_totals(loss * tokens, tokens64)
+        self.nll_tracker.update_from_totals(nll64, tokens64)
+        self.perplexity_tracker.update_from_totals(nll64, tokens64)
         logs = {"loss": self.loss_tracker.result(), "nll": self.nll_tracker.result(),
                 "perplexity": self.perplexity_tracker.result()}
         if grad_norm is not None:

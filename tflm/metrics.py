@@ -8,8 +8,11 @@ from tflm.losses import token_nll
 
 
 def _at_least_one(count):
-    """max(count, 1): a pass without tokens divides by one."""
-    return ops.maximum(count, backends.current().constant(1.0, count))
+    """max(count, 1) in `count`'s dtype: a pass without tokens divides by one. (Not
+    `ops.maximum`: Keras' result type of two float64 operands is float32, so it would round
+    a count above 2**24 tokens and copy both operands.)"""
+    backend = backends.current()
+    return ops.clip(count, backend.constant(1.0, count), backend.constant(float("inf"), count))
 
 
 @keras.saving.register_keras_serializable(package="tflm")
@@ -40,8 +43,9 @@ class Perplexity(keras.metrics.Metric):
 
     def update_from_totals(self, nll_sum, token_count):
         """Add a precomputed NLL sum and token count (used by the LM train step)."""
-        self.total_nll.assign_add(ops.cast(nll_sum, "float64"))
-        self.total_tokens.assign_add(ops.cast(token_count, "float64"))
+        backend = backends.current()
+        backend.assign_add(self.total_nll, ops.cast(nll_sum, "float64"))
+        backend.assign_add(self.total_tokens, ops.cast(token_count, "float64"))
 
     def result(self):
         mean = self.total_nll / _at_least_one(self.total_tokens)

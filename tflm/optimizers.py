@@ -382,7 +382,7 @@ class AveragedSGD(SGD):
         finally:
             self._averaging_known = None
             self._deferred_averages = None
-        self._average_count.assign_add(ops.cast(active, self._average_count.dtype))
+        backend.assign_add(self._average_count, ops.cast(active, self._average_count.dtype))
 
     # ---- Python-side control -----------------------------------------------------------
     @property

@@ -112,6 +112,27 @@ def test_keras_call_is_plain_sees_mixed_precision_autocast_scopes_and_remat():
     assert not compat.keras_call_is_plain(remat)
 
 
+def test_keras_variable_storage_is_the_value_outside_stateless_and_autocast_scopes():
+    total = keras.Variable(np.float64(1.0), trainable=False)
+    assert compat.keras_variable_storage(total) is total.value
+    with keras.StatelessScope():
+        assert compat.keras_variable_storage(total) is None
+
+    class MixedParent(keras.layers.Layer):  # its __call__ opens a float16 autocast scope
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(2,), initializer="ones")
+
+        def call(self, inputs):
+            seen.append(compat.keras_variable_storage(self.w))
+            return inputs
+
+    seen = []
+    parent = MixedParent(dtype="mixed_float16")
+    parent(np.ones((1, 2), "float32"))
+    assert seen == [None]  # `value` is a float16 copy there
+    assert compat.keras_variable_storage(parent.w) is parent.w.value
+
+
 def test_symbolic_scope_is_visible():
     assert not compat.in_symbolic_scope()
     with keras.SymbolicScope():

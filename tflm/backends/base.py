@@ -244,6 +244,11 @@ class Backend:
         number there. (Where `value` is already a tensor: cast to that dtype.)"""
         return ops.cast(value, keras.backend.standardize_dtype(like.dtype))
 
+    def assign_add(self, variable, value):
+        """`variable.assign_add(value)`: `variable += value`, `value` converted to the
+        variable's dtype first."""
+        variable.assign_add(value)
+
     def host_scalar(self, variable):
         """The integer value of the 0-d `variable`, as a Python int: read from the device
         (a wait for the work queued before it, on a GPU)."""

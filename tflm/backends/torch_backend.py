@@ -74,7 +74,7 @@ class TorchBackend(Backend):
                 or torch.compiler.is_compiling() or seed.state.value.is_meta):
             return None
         generator = torch.Generator(device=seed.state.value.device)
-        generator.manual_seed(self._host.next_seed(seed))
+        generator.manual_seed(self._host.next_seed(seed, self.assign_add))
         return generator
 
     def rnn_loop(self, step_function, inputs, initial_states, *, mask, go_backwards, unroll,
@@ -97,6 +97,22 @@ class TorchBackend(Backend):
             step_function, inputs, initial_states, mask=mask, go_backwards=go_backwards,
             unroll=True, zero_output_for_mask=zero_output_for_mask, return_all_outputs=True)
         return last, outputs if return_all_outputs else outputs[:, -1:], states
+
+    def assign_add(self, variable, value):
+        """In place, one `add_` where Keras' `assign_add` adds into a new tensor and copies
+        it back (two kernels; a step makes a dozen such updates: the metrics' totals, the
+        dropout seeds, the optimizer's counts). The same numbers: `value` is converted to
+        the variable's dtype and added, as Keras does. Keras' own path inside a
+        `keras.StatelessScope`, under an autocast copy, for a trainable variable while
+        autograd records, and for a value that is not a tensor of the variable's shape on
+        its device."""
+        storage = compat.keras_variable_storage(variable)
+        if (storage is None or not isinstance(value, torch.Tensor)
+                or value.shape != storage.shape or value.device != storage.device
+                or (storage.requires_grad and torch.is_grad_enabled())):
+            return super().assign_add(variable, value)
+        with torch.no_grad():
+            storage.add_(value.to(storage.dtype))
 
     def host_scalar(self, variable):
         """From a host copy while the variable's tensor is unchanged since it was read or

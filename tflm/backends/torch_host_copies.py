@@ -71,12 +71,13 @@ class HostCopies:
         copies[key] = (weakref.ref(variable, forget), tensor,
                        compat.torch_tensor_version(tensor), value)
 
-    def next_seed(self, generator):
+    def next_seed(self, generator, assign_add):
         """The `torch.Generator` seed of `generator`'s next draw, `(a + b) & 0xFFFFFFFF`;
-        advances its state by `(0, 1)` as `SeedGenerator.next` does."""
+        advances its state by `(0, 1)` as `SeedGenerator.next` does, with
+        `assign_add(variable, value)` (the backend's `Backend.assign_add`)."""
         state = generator.state
         first, second = self.value(state, lambda tensor: tuple(tensor.tolist()))
-        state.assign(state.value + self._increment(state.value))
+        assign_add(state, self._increment(state.value))
         self.written(state, (first, _int32(second + 1)))
         return (first + second) & _MASK32
 

@@ -54,6 +54,17 @@ class TransposeCache:
 
 
 _INFERENCE_TRANSPOSES = TransposeCache()
+_ZEROS = {}  # (size, dtype, device) -> a zero vector no op writes to
+
+
+def _zeros(size, dtype, device):
+    """The zero bias b_hh (and b_ih where the layer has no bias): made once per size, dtype
+    and device instead of a fill kernel per window. `torch.lstm` only reads it, and it does
+    not require gradients, so autograd keeps no gradient for it."""
+    key = (size, dtype, device)
+    if key not in _ZEROS:
+        _ZEROS[key] = torch.zeros(size, dtype=dtype, device=device)
+    return _ZEROS[key]
 
 
 def fused_lstm(inputs, initial_h, initial_c, kernel, recurrent_kernel, bias,
@@ -71,14 +82,15 @@ def fused_lstm(inputs, initial_h, initial_c, kernel, recurrent_kernel, bias,
     kernel = kernel.to(dtype)
     recurrent_kernel = recurrent_kernel.to(dtype)
     four_n = recurrent_kernel.shape[1]
+    zero_bias = _zeros(four_n, dtype, inputs.device)
     if bias is None:
-        bias = torch.zeros(four_n, dtype=dtype, device=inputs.device)
+        bias = zero_bias
     if torch.is_grad_enabled():  # the gradient must flow through the transposes
         w_ih, w_hh = kernel.T.contiguous(), recurrent_kernel.T.contiguous()
     else:
         w_ih = _INFERENCE_TRANSPOSES.transposed(kernel)
         w_hh = _INFERENCE_TRANSPOSES.transposed(recurrent_kernel)
-    params = [w_ih, w_hh, bias.to(dtype), torch.zeros(four_n, dtype=dtype, device=inputs.device)]
+    params = [w_ih, w_hh, bias.to(dtype), zero_bias]
     outputs, h, c = torch.lstm(
         inputs, (initial_h.to(dtype)[None], initial_c.to(dtype)[None]), params,
         True,                      # has_biases

@@ -1,0 +1,131 @@
+"""`Backend.assign_add` (the metrics' totals, the dropout seeds' states, the averaged SGD's
+count): Keras' `variable.assign_add`, bit for bit, on every backend; on PyTorch one
+in-place `add_` on the variable's own tensor where that changes nothing, Keras' own path
+elsewhere. And the float64 totals of `tflm.metrics` stay float64 where they divide."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.backends import run_in_backend
+
+CHECK = r"""
+import json
+import keras
+import numpy as np
+from keras import ops
+from tflm import backends
+from tflm.metrics import Perplexity, TokenMeanNLL
+
+rng = np.random.default_rng(7)
+cases = [  # variable dtype, initial value, increment (as a tensor of its own dtype)
+    ("float64", rng.normal(size=()), np.float32(rng.normal())),
+    ("float64", rng.normal(size=(3,)), rng.normal(size=(3,)).astype("float32")),
+    ("int32", np.array([2**31 - 1, 5]), np.array([0, 1], "int32")),  # wraps as int32
+    ("float32", rng.normal(size=(2, 2)), rng.normal(size=(2, 2)).astype("float32")),
+]
+same = []
+for dtype, start, step in cases:
+    ours = keras.Variable(np.asarray(start, dtype), trainable=False)
+    theirs = keras.Variable(np.asarray(start, dtype), trainable=False)
+    for _ in range(3):
+        backends.current().assign_add(ours, ops.convert_to_tensor(step))
+        theirs.assign_add(ops.convert_to_tensor(step))
+    a, b = ops.convert_to_numpy(ours), ops.convert_to_numpy(theirs)
+    same.append(bool(a.dtype == b.dtype and np.array_equal(a, b)))
+
+# inside a stateless scope the update is collected, the variable left as it was
+variable = keras.Variable(np.float64(1.5), trainable=False)
+with keras.StatelessScope() as scope:
+    backends.current().assign_add(variable, ops.convert_to_tensor(np.float64(2.0)))
+    collected = float(ops.convert_to_numpy(scope.get_current_value(variable)))
+stateless = [collected, float(ops.convert_to_numpy(variable))]
+
+# a Python number and a broadcast value go through Keras too
+variable = keras.Variable(np.zeros((2,), "float32"), trainable=False)
+backends.current().assign_add(variable, 1.25)
+backends.current().assign_add(variable, ops.convert_to_tensor(np.float32(0.5)))
+fallbacks = ops.convert_to_numpy(variable).tolist()
+
+# a count above 2**24 tokens: the mean NLL of float64 totals, not of a float32 count
+nll, ppl = TokenMeanNLL(), Perplexity()
+count = 2**24 + 1
+for metric in (nll, ppl):
+    metric.update_from_totals(np.float64(5.0 * count), np.float64(count))
+mean = [float(ops.convert_to_numpy(nll.result())), float(ops.convert_to_numpy(ppl.result()))]
+empty = float(ops.convert_to_numpy(Perplexity().result()))
+print(json.dumps({"same": same, "stateless": stateless, "fallbacks": fallbacks,
+                  "mean": mean, "empty": empty,
+                  "totals": str(ops.convert_to_numpy(nll.total_tokens).dtype)}))
+"""
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_assign_add_equals_keras_and_metric_totals_stay_float64(backend):
+    out = json.loads(run_in_backend(backend, CHECK).strip().splitlines()[-1])
+    assert out["same"] == [True] * 4
+    assert out["stateless"] == [3.5, 1.5]
+    assert out["fallbacks"] == [1.75, 1.75]
+    assert out["empty"] == 1.0
+    if backend == "jax":  # without jax_enable_x64 Keras makes float64 variables float32
+        assert out["totals"] == "float32"
+        return
+    # 5 * (2**24 + 1) / (2**24 + 1) is 5 exactly; over a float32 count (2**24) it would be
+    # 5.0000003, which rounds to the float32 above 5
+    assert out["totals"] == "float64"
+    assert out["mean"][0] == 5.0
+    assert out["mean"][1] == float(np.float32(np.exp(5.0)))
+
+
+IN_PLACE = r"""
+import collections, json
+import keras, numpy as np, torch
+from keras import ops
+from torch.utils._python_dispatch import TorchDispatchMode
+from tflm import backends
+
+class Count(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func.__name__.split(".")[0]] += 1
+        return func(*args, **(kwargs or {}))
+
+def update(variable, value):
+    before = variable.value.data_ptr()
+    counter = Count()
+    with counter:
+        backends.current().assign_add(variable, value)
+    return {"ops": dict(counter.ops), "same_storage": variable.value.data_ptr() == before}
+
+total = keras.Variable(np.float64(0.0), trainable=False)
+plain = update(total, torch.tensor(2.0))  # float32 into float64: converted, then added
+weight = keras.Variable(np.zeros((3,), "float32"))  # trainable, autograd on
+recorded = update(weight, torch.ones(3))
+with torch.no_grad():
+    unrecorded = update(weight, torch.ones(3))
+keras.mixed_precision.set_dtype_policy("mixed_float16")
+layer = keras.layers.Dense(2)
+layer.build((None, 2))
+from keras.src.backend.common.variables import AutocastScope
+with AutocastScope("float16"):
+    autocast = update(layer.kernel, torch.ones(2, 2, dtype=torch.float32))
+print(json.dumps({"plain": plain, "recorded": recorded, "unrecorded": unrecorded,
+                  "autocast": autocast, "total": float(total.value),
+                  "kernel_dtype": str(layer.kernel.value.dtype)}))
+"""
+
+
+def test_torch_adds_in_place_where_keras_would_change_nothing_else():
+    out = json.loads(run_in_backend("torch", IN_PLACE).strip().splitlines()[-1])
+    assert out["plain"]["same_storage"] and out["plain"]["ops"].get("add_") == 1
+    assert "copy_" not in out["plain"]["ops"]
+    assert out["total"] == 2.0
+    assert out["unrecorded"] == {"ops": {"add_": 1}, "same_storage": True}
+    # Keras' own path: a new sum copied back (add, then copy_)
+    for case in ("recorded", "autocast"):
+        assert "add_" not in out[case]["ops"] and out[case]["ops"].get("copy_") == 1, case
+    assert out["kernel_dtype"] == "torch.float32"
