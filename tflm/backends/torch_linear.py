@@ -14,7 +14,7 @@ AVX-512 paths on this CPU. The same fp32 arithmetic: results agree to float32 ro
 
 `linear(x, weight, bias)` takes this route for float32 tensors on a CPU of an x86 machine
 where PyTorch has oneDNN, outside `torch.autocast` (where F.linear computes in the autocast
-dtype) (`uses_onednn`), else `torch.nn.functional.linear`. Its
+dtype) and `torch.compile` (`uses_onednn`), else `torch.nn.functional.linear`. Its
 gradient is written out, so it is differentiable once (as every training step and
 `window_gradients` need), not twice.
 """
@@ -29,7 +29,11 @@ _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 
 
 def uses_onednn(x, weight, bias=None):
-    """Whether `linear(x, weight, bias)` runs on oneDNN."""
+    """Whether `linear(x, weight, bias)` runs on oneDNN: not under `torch.compile`, whose
+    traced tensors have no storage for oneDNN's opaque layout to read (and whose compiler
+    picks the GEMMs itself)."""
+    if torch.compiler.is_compiling():
+        return False
     tensors = [x, weight] + ([] if bias is None else [bias])
     return (_X86 and torch.backends.mkldnn.is_available() and x.numel() > 0
             and not torch.is_autocast_enabled("cpu")

@@ -74,3 +74,28 @@ def test_a_frozen_weight_gets_no_gradient_and_the_input_its_own():
     torch_linear.linear(x, weight).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 3), 8.0))
     assert weight.grad is None
+
+
+def test_under_torch_compile_it_is_pytorch_linear_in_one_graph():
+    """`torch.compile` traces tensors without storage, which oneDNN's opaque layout needs
+    ("Cannot access storage of OpaqueTensorImpl" in a compiled Keras train step on a CPU):
+    there the route is PyTorch's linear, traced whole (`fullgraph`), the same numbers."""
+    rng = np.random.default_rng(9)
+    x, w, b = (rng.normal(size=s).astype("float32") for s in ((2, 3, 4), (5, 4), (5,)))
+    seen = []
+
+    def loss(x, w, b):
+        seen.append(torch_linear.uses_onednn(x, w, b))
+        return torch_linear.linear(x, w, b).square().sum()
+
+    leaves = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    compiled = torch.compile(loss, backend="aot_eager", fullgraph=True)(*leaves)
+    compiled.backward()
+    plain = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    want = torch.nn.functional.linear(*plain).square().sum()
+    want.backward()
+    assert seen == [False]  # the traced call; the compiled graph runs no Python
+    np.testing.assert_allclose(compiled.item(), want.item(), rtol=1e-5)
+    for got, expected in zip(leaves, plain):
+        np.testing.assert_allclose(got.grad.numpy(), expected.grad.numpy(), rtol=1e-5,
+                                   atol=1e-5)
