@@ -36,10 +36,12 @@ or runs out of time is reported as such and the next one starts. By default
    the first 200,000 words of PTB (seeds 141 and 142) against salesforce's main.py:
    `zoo.train`'s own loop (its batch hooks on Keras' worker thread, no wait at a step's
    end), training words/s once warm and the allocators' peaks.
-7. `bf16` and `f32`: `zoo.train` for `awd_lstm_ptb` on JAX, 2 epochs of the full PTB, seed
-   141, under `mixed_bfloat16` and then float32: the mixed-precision target's speed and
-   perplexities side by side in one session (last measured before the device-padding fix,
-   against the `curves` stage's float32 run).
+7. `f16`, `f32` and `bf16`: `zoo.train` for `awd_lstm_ptb` on JAX, 2 epochs of the full
+   PTB, seed 141, under `mixed_float16` (with loss scaling; cuDNN's LSTM in float16: never
+   measured on a GPU), float32 and `mixed_bfloat16` (last measured before the
+   device-padding fix, against the `curves` stage's float32 run): the mixed-precision
+   target's speed and perplexities side by side in one session, each against the float32
+   run.
 
 Also known, by name with `--stages`: `mogrifier-torch` and `mogrifier-torch-base` (the
 Mogrifier preset's step on Keras on PyTorch from this tree and from the base tree: the A/B
@@ -76,6 +78,8 @@ import time
 
 from bench.harness import REPO, publish, results_path
 
+# zoo.train's precision stages: name -> Keras dtype policy
+PRECISION_STAGES = {"f16": "mixed_float16", "bf16": "mixed_bfloat16", "f32": "float32"}
 PACKED_SUFFIXES = (".md", ".json", ".txt", ".log", ".png", ".csv")
 PACKED_MAX_BYTES = 4 << 20
 UNPACKED_FOLDERS = {"text"}  # the corpus copies reference_curves cuts
@@ -149,7 +153,7 @@ def stages(work, carried, small):
             py, "-m", "zoo.train", "--preset", "awd_lstm_ptb", "--seed", "141",
             "--precision", precision, "--set", "training.epochs=2",
             "--out", str(work / name / "run"), *tiny, *cut_corpus], REPO)
-           for name, precision in (("bf16", "mixed_bfloat16"), ("f32", "float32"))},
+           for name, precision in PRECISION_STAGES.items()},
         "spe": (200, jax, [
             py, "-m", "bench.training.steps_per_execution", "--sizes",
             *(["tiny"] if small else ["preset", "mos"]), "--k", "8", "--windows",
@@ -170,10 +174,11 @@ def stages(work, carried, small):
 # main.py's step (and against the base tree's, where one is carried: the A/B of a change), a
 # longer warm MoS run, then Keras on PyTorch in `zoo.train`'s own loop.
 # `curves` and the `pad-*` stages ran in the sessions of 2026-11-28 (results/gpu_session.md).
-# Then, where time is left, mixed_bfloat16 against float32 in zoo.train (2 epochs each, seed
-# 141): not measured since the device-padding fix.
+# Then, where time is left, the precisions in zoo.train (2 epochs each, seed 141):
+# mixed_float16 (loss scaling; cuDNN's LSTM in float16) never measured on a GPU, float32
+# beside it, then mixed_bfloat16, not measured since the device-padding fix.
 DEFAULT_STAGES = ("info", "spe", "mos-profile", "torch", "torch-base", "mos", "torch-train",
-                  "bf16", "f32")
+                  "f16", "f32", "bf16")
 
 
 INFO = """
@@ -280,18 +285,18 @@ def _reference_run(folder):
     return None, None
 
 
-def _precision_row(bf16, f32):
-    """The mixed-precision row from two `zoo.train` runs of one session (`bf16`, `f32`
-    stages: their metrics.json): the last epoch's words/s and the validation perplexity
-    by epoch, side by side."""
-    half = [h["val_perplexity"] for h in bf16["history"]]
+def _precision_row(policy, mixed, f32):
+    """The row of the mixed precision `policy` from two `zoo.train` runs of one session
+    (its stage's and `f32`'s metrics.json): the last epoch's words/s and the validation
+    perplexity by epoch, side by side."""
+    half = [h["val_perplexity"] for h in mixed["history"]]
     full = [h["val_perplexity"] for h in f32["history"]]
-    speed, f32_speed = (run["history"][-1]["words_per_second"] for run in (bf16, f32))
-    return ("mixed_bfloat16: speed and perplexity against float32 (measured)",
+    speed, f32_speed = (run["history"][-1]["words_per_second"] for run in (mixed, f32))
+    return (f"{policy}: speed and perplexity against float32 (measured)",
             f"epoch {len(half)} words/s {speed:,.0f} vs {f32_speed:,.0f} "
             f"({speed / f32_speed:.2f}x); valid ppl by epoch "
             f"{' / '.join(f'{v:.1f}' for v in half)} vs {' / '.join(f'{v:.1f}' for v in full)}"
-            f" (seed 141, same session); test {bf16['test_perplexity']:.1f} vs "
+            f" (seed 141, same session); test {mixed['test_perplexity']:.1f} vs "
             f"{f32['test_perplexity']:.1f}", None)
 
 
@@ -356,9 +361,11 @@ def report(folder):
                      words >= ref_words))
     bf16 = _json(folder / "bf16" / "run" / "metrics.json")
     f32_run = _json(folder / "f32" / "run" / "metrics.json")
-    if bf16 and f32_run:
-        rows.append(_precision_row(bf16, f32_run))
-    elif bf16 and ours:  # the first session's: float32 from the curves stage
+    for stage, policy in PRECISION_STAGES.items():
+        mixed = _json(folder / stage / "run" / "metrics.json")
+        if mixed and f32_run and stage != "f32":
+            rows.append(_precision_row(policy, mixed, f32_run))
+    if bf16 and not f32_run and ours:  # the first session's: float32 from the curves stage
         f32 = t["keras-141"]
         half = [h["val_perplexity"] for h in bf16["history"]]
         full = curves["curves"]["keras-141"][:len(half)]

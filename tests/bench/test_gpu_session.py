@@ -78,8 +78,9 @@ def test_the_report_reads_each_target_from_its_stage(tmp_path):
         rows["mixed_bfloat16: speed and perplexity against float32 (measured)"]
 
 
-def test_the_precision_stages_set_bfloat16_beside_float32_of_the_same_session(tmp_path):
+def test_the_precision_stages_set_each_mixed_policy_beside_float32_of_the_session(tmp_path):
     for stage, ppl, words, test in (("bf16", (310.0, 199.0), 1.5e5, 195.0),
+                                    ("f16", (305.0, 202.0), 1.8e5, 197.0),
                                     ("f32", (300.0, 201.5), 1.2e5, 196.25)):
         _write(tmp_path / stage / "run" / "metrics.json",
                {"history": [{"val_perplexity": ppl[0], "words_per_second": 8e4},
@@ -90,6 +91,13 @@ def test_the_precision_stages_set_bfloat16_beside_float32_of_the_same_session(tm
     assert row == ["| mixed_bfloat16: speed and perplexity against float32 (measured) | "
                    "epoch 2 words/s 150,000 vs 120,000 (1.25x); valid ppl by epoch 310.0 / "
                    "199.0 vs 300.0 / 201.5 (seed 141, same session); test 195.0 vs 196.2 | - |"]
+    row = [line for line in gpu_session.report(tmp_path).splitlines()
+           if line.startswith("| mixed_float16")]
+    assert row == ["| mixed_float16: speed and perplexity against float32 (measured) | "
+                   "epoch 2 words/s 180,000 vs 120,000 (1.50x); valid ppl by epoch 305.0 / "
+                   "202.0 vs 300.0 / 201.5 (seed 141, same session); test 197.0 vs 196.2 | - |"]
+    (tmp_path / "f32" / "run" / "metrics.json").unlink()  # no float32 run: no rows
+    assert not [line for line in gpu_session.report(tmp_path).splitlines() if "mixed" in line]
 
 
 def test_a_stage_that_did_not_run_leaves_its_targets_out(tmp_path):
@@ -187,8 +195,8 @@ def test_the_default_stages_leave_the_a_b_out_without_a_base_tree(tmp_path, monk
     argv = ["--out", str(tmp_path / "out"), "--carried", str(carried), "--work",
             str(tmp_path / "work")]
     assert gpu_session.main(argv) == 0
-    assert ran == ["info", "spe", "mos-profile", "torch", "mos", "torch-train", "bf16",
-                   "f32"]
+    assert ran == ["info", "spe", "mos-profile", "torch", "mos", "torch-train", "f16",
+                   "f32", "bf16"]
     _write(carried / "tree-base" / "zoo" / "train.py", "x")
     ran.clear()
     assert gpu_session.main(argv + ["--stages", "torch", "torch-base"]) == 0
