@@ -24,8 +24,9 @@ or runs out of time is reported as such and the next one starts. By default
 4. `torch-base`: Keras on PyTorch again, from `--carried/tree-base/` (a copy of tflm's tree
    at the commit before a change, e.g. `git archive BASE | tar -x -C .device/tree-base`),
    run from that tree: the change's A/B in one session. Left out where no tree is carried.
-   The change waiting for it: a backbone's layers called through `layer.call` on PyTorch
-   (`tflm.backends.torch_layer_calls`; BASE = 6174509, the commit before it).
+   The changes waiting for it: a backbone's layers called through `layer.call` on PyTorch
+   (`tflm.backends.torch_layer_calls`), then the step's small updates made in place
+   (`Backend.assign_add`, 1546ca5); BASE = 6174509, the commit before both.
 5. `mos`: `bench.reproductions.reference_curves` for `awd_lstm_mos_ptb` on the first 150,000
    words of PTB (1 epoch, seeds 141 and 142; main.py's ms/batch every 20 batches) against
    zihangdai/mos's main.py with its per-batch `gc.collect()` skipped (`--reference-gc off`,
