@@ -16,28 +16,33 @@ or runs out of time is reported as such and the next one starts. By default
    they are, on JAX: k = 8 windows in one compiled scan (`tflm.backends.scanned_steps`)
    against one dispatch a window, the same windows, interleaved epochs: what the host's
    work between dispatches costs a latency-bound step.
-2. `mos-profile`: `bench.training.step_profile` for `awd_lstm_mos_ptb` at its own size,
+2. `mos-head`: `bench.heads.mos_targets` on the GPU: an MoS model's training objective on
+   JAX, the targets' log-probabilities alone, chunk by chunk
+   (`tflm.backends.jax_mixture_target_log_probs`, what a JAX train step of an MoS model
+   computes since it was written), against the batched mixture picked at the targets (what
+   it computed before): time and the allocator's peak, at the preset's head size.
+3. `mos-profile`: `bench.training.step_profile` for `awd_lstm_mos_ptb` at its own size,
    tflm on JAX against zihangdai/mos main.py's step (without its per-batch `gc.collect()`):
    where each step's time goes, kernels, idle share, memory.
-3. `torch`: the same for `awd_lstm_ptb`, Keras on PyTorch against salesforce main.py's step:
+4. `torch`: the same for `awd_lstm_ptb`, Keras on PyTorch against salesforce main.py's step:
    the "Keras on PyTorch >= 1.0x" target at the preset's size.
-4. `torch-base`: Keras on PyTorch again, from `--carried/tree-base/` (a copy of tflm's tree
+5. `torch-base`: Keras on PyTorch again, from `--carried/tree-base/` (a copy of tflm's tree
    at the commit before a change, e.g. `git archive BASE | tar -x -C .device/tree-base`),
    run from that tree: the change's A/B in one session. Left out where no tree is carried.
    The changes waiting for it: a backbone's layers called through `layer.call` on PyTorch
    (`tflm.backends.torch_layer_calls`), then the step's small updates made in place
    (`Backend.assign_add`, 1546ca5); BASE = 6174509, the commit before both.
-5. `mos`: `bench.reproductions.reference_curves` for `awd_lstm_mos_ptb` on the first 150,000
+6. `mos`: `bench.reproductions.reference_curves` for `awd_lstm_mos_ptb` on the first 150,000
    words of PTB (1 epoch, seeds 141 and 142; main.py's ms/batch every 20 batches) against
    zihangdai/mos's main.py with its per-batch `gc.collect()` skipped (`--reference-gc off`,
    the stricter comparison: the collections are no arithmetic): training words/s once warm
    (the steps after the first) and the GPU allocators' peaks. (The 60,000 words of the
    session of 2026-11-28 gave 72 warm steps, too few: seeds 37,259 / 47,859 words/s.)
-6. `torch-train`: `reference_curves` for `awd_lstm_ptb` with Keras on PyTorch, one epoch on
+7. `torch-train`: `reference_curves` for `awd_lstm_ptb` with Keras on PyTorch, one epoch on
    the first 200,000 words of PTB (seeds 141 and 142) against salesforce's main.py:
    `zoo.train`'s own loop (its batch hooks on Keras' worker thread, no wait at a step's
    end), training words/s once warm and the allocators' peaks.
-7. `f16`, `f32` and `bf16`: `zoo.train` for `awd_lstm_ptb` on JAX, 2 epochs of the full
+8. `f16`, `f32` and `bf16`: `zoo.train` for `awd_lstm_ptb` on JAX, 2 epochs of the full
    PTB, seed 141, under `mixed_float16` (with loss scaling; cuDNN's LSTM in float16: never
    measured on a GPU), float32 and `mixed_bfloat16` (last measured before the
    device-padding fix, against the `curves` stage's float32 run): the mixed-precision
@@ -155,6 +160,10 @@ def stages(work, carried, small):
             "--precision", precision, "--set", "training.epochs=2",
             "--out", str(work / name / "run"), *tiny, *cut_corpus], REPO)
            for name, precision in PRECISION_STAGES.items()},
+        "mos-head": (90, jax, [
+            py, "-m", "bench.heads.mos_targets", "--device", device, "--no-publish",
+            "--repeats", "1" if small else "5", *(["--batch", "1"] if small else []),
+            "--json", str(work / "mos-head" / "mos_targets.json")], REPO),
         "spe": (200, jax, [
             py, "-m", "bench.training.steps_per_execution", "--sizes",
             *(["tiny"] if small else ["preset", "mos"]), "--k", "8", "--windows",
@@ -178,8 +187,8 @@ def stages(work, carried, small):
 # Then, where time is left, the precisions in zoo.train (2 epochs each, seed 141):
 # mixed_float16 (loss scaling; cuDNN's LSTM in float16) never measured on a GPU, float32
 # beside it, then mixed_bfloat16, not measured since the device-padding fix.
-DEFAULT_STAGES = ("info", "spe", "mos-profile", "torch", "torch-base", "mos", "torch-train",
-                  "f16", "f32", "bf16")
+DEFAULT_STAGES = ("info", "spe", "mos-head", "mos-profile", "torch", "torch-base", "mos",
+                  "torch-train", "f16", "f32", "bf16")
 
 
 INFO = """
@@ -393,6 +402,14 @@ def report(folder):
                      f"{r['one'] / r['k']:.2f}x; first epoch (compiles) "
                      f"{r['first_one']:.1f} / {r['first_k']:.1f} s; weights within "
                      f"{r['diff']:.1e}", None))
+    head = _json(folder / "mos-head" / "mos_targets.json")
+    if head:
+        batched, picked = head["batched"], head["targets"]
+        rows.append(("MoS head on JAX, training: the targets alone, chunk by chunk, against "
+                     "the batched mixture (`bench.heads.mos_targets`)",
+                     f"{picked['seconds'] * 1e3:.1f} / {batched['seconds'] * 1e3:.1f} ms a "
+                     f"step = {batched['seconds'] / picked['seconds']:.2f}x; peak "
+                     f"{picked['peak_mib']:,.0f} / {batched['peak_mib']:,.0f} MiB", None))
     pads = {n: _json(folder / f"pad-{n}" / "step_profile.json") for n in (72, 88)}
     if all(pads.values()):
         (short,), (long,) = (pads[n]["rows"] for n in (72, 88))

@@ -100,6 +100,15 @@ def test_the_precision_stages_set_each_mixed_policy_beside_float32_of_the_sessio
     assert not [line for line in gpu_session.report(tmp_path).splitlines() if "mixed" in line]
 
 
+def test_the_mos_head_stage_reads_both_modes(tmp_path):
+    _write(tmp_path / "mos-head" / "mos_targets.json",
+           {"batched": {"seconds": 0.0125, "peak_mib": 2048.0},
+            "targets": {"seconds": 0.005, "peak_mib": 512.0}})
+    (row,) = [line for line in gpu_session.report(tmp_path).splitlines()
+              if line.startswith("| MoS head")]
+    assert row.endswith("| 5.0 / 12.5 ms a step = 2.50x; peak 512 / 2,048 MiB | - |")
+
+
 def test_a_stage_that_did_not_run_leaves_its_targets_out(tmp_path):
     assert gpu_session.report(tmp_path).splitlines()[2:] == []
 
@@ -195,8 +204,8 @@ def test_the_default_stages_leave_the_a_b_out_without_a_base_tree(tmp_path, monk
     argv = ["--out", str(tmp_path / "out"), "--carried", str(carried), "--work",
             str(tmp_path / "work")]
     assert gpu_session.main(argv) == 0
-    assert ran == ["info", "spe", "mos-profile", "torch", "mos", "torch-train", "f16",
-                   "f32", "bf16"]
+    assert ran == ["info", "spe", "mos-head", "mos-profile", "torch", "mos", "torch-train",
+                   "f16", "f32", "bf16"]
     _write(carried / "tree-base" / "zoo" / "train.py", "x")
     ran.clear()
     assert gpu_session.main(argv + ["--stages", "torch", "torch-base"]) == 0

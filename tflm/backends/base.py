@@ -22,10 +22,13 @@ everything that differs between Keras backends:
     is_concrete(tensor)            whether the tensor's values are known now
     pick_targets(log_probs, targets)
                                    log_probs[..., targets]: the loss's gather
-    picks_targets_in_training()    whether the train step asks a softmax output layer for
-                                   the targets' log-probabilities alone
+    picks_targets_in_training()    whether the train step asks a softmax or MoS output layer
+                                   for the targets' log-probabilities alone
     target_log_probs(h, weight, bias, targets, mask)
                                    log softmax(h weight^T + bias) at the targets
+    mixture_target_log_probs(h, log_prior, weight, bias, targets, mask)
+                                   log sum_k pi_k softmax(h_k weight^T + bias) at the
+                                   targets (a mixture of softmaxes)
     written_lstm_backward()        whether the portable LSTM may take `lstm_backward`
     unpadded_check(model)          a runtime check that traced tokens hold no padding, or
                                    None (`LanguageModel.padded_windows`)
@@ -215,6 +218,19 @@ class Backend:
         None (a backend may skip the padded positions: their values are unspecified)."""
         logits = ops.cast(self.linear(h, weight, bias), "float32")
         return self.pick_targets(ops.log_softmax(logits, axis=-1), targets)
+
+    def mixture_target_log_probs(self, h, log_prior, weight, bias, targets, mask=None):
+        """log sum_k pi_k softmax(h_k weight^T + bias) at `targets`, `(batch, time)` float32:
+        `h` `(batch, time, K, d)`, `log_prior` `(batch, time, K)` (log pi), `weight` `(V,
+        d)`, `bias` `(V,)` or None, `mask` as `target_log_probs`'. Here each component's
+        log-probability of the target, log_softmax(l_k)_y, then their log-sum-exp with the
+        prior."""
+        logits = ops.cast(self.linear(h, weight, bias), "float32")          # (B, T, K, V)
+        lse = ops.logsumexp(logits, axis=-1)
+        ids = ops.broadcast_to(ops.expand_dims(ops.expand_dims(targets, -1), -1),
+                               tuple(logits.shape[:-1]) + (1,))
+        picked = ops.squeeze(ops.take_along_axis(logits, ids, axis=-1), -1) - lse
+        return ops.logsumexp(ops.cast(log_prior, "float32") + picked, axis=-1)
 
     def global_batch_block(self):
         """`(index, count)`: the calling replica holds rows `[index b, (index + 1) b)` of a

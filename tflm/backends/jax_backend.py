@@ -23,8 +23,8 @@ import weakref
 import jax
 import keras
 
-from tflm.backends import (compiled_lengths, jax_lstm, jax_target_log_probs, jax_threefry,
-                           scanned_steps)
+from tflm.backends import (compiled_lengths, jax_lstm, jax_mixture_target_log_probs,
+                           jax_target_log_probs, jax_threefry, scanned_steps)
 from tflm.backends.base import Backend, states_or_zeros, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 from tflm.backends.jax_streams import JaxStreamState
@@ -214,6 +214,12 @@ class JaxBackend(Backend):
         """Chunk by chunk up to the window's extent (`tflm.backends.jax_target_log_probs`):
         no `(batch, time, V)` tensor, no compute for the positions padded in every row."""
         return jax_target_log_probs.target_log_probs(h, weight, bias, targets, mask)
+
+    def mixture_target_log_probs(self, h, log_prior, weight, bias, targets, mask=None):
+        """Chunk by chunk up to the window's extent
+        (`tflm.backends.jax_mixture_target_log_probs`): no `(batch, time, K, V)` tensor."""
+        return jax_mixture_target_log_probs.mixture_target_log_probs(
+            h, log_prior, weight, bias, targets, mask)
 
     def uniform(self, shape, seed):
         """From a `SeedGenerator`: Threefry-2x32-20 keyed by its state, written in

@@ -14,9 +14,10 @@ leading axis. The last group of an epoch may hold fewer than k windows: its empt
 run on all-`PAD_ID` windows and their results are dropped (`jnp.where` on the slot's
 flag), so one program serves every group, and the state and the logs are those of the
 last real window. A window of `PAD_ID` alone costs little where the LSTM and output layer
-stop at a window's last real position (JAX's LSTM and softmax output layer: `extent_loop`,
-`jax_target_log_probs`), and a whole step for a head that computes every position (MoS):
-at most k - 1 such steps an epoch, against one less dispatch a window. `lax.cond` would
+stop at a window's last real position (JAX's LSTM and its softmax and MoS output layers in
+training: `extent_loop`, `jax_target_log_probs`, `jax_mixture_target_log_probs`), and a
+whole step for a head that computes every position: at most k - 1 such steps an epoch,
+against one less dispatch a window. `lax.cond` would
 skip them, but on a GPU XLA copies a conditional's predicate to the host and waits for the
 stream (openxla/xla, `backends/gpu/runtime/conditional_thunk.cc`), a wait for the device at
 every slot, which is what the scan is there to remove; the scan itself, a loop of known

@@ -252,6 +252,26 @@ class LogProbHead(keras.layers.Layer):
                                         self.adversarial_alpha)
         return logits
 
+    @property
+    def projects_plainly(self):
+        """Whether `project` is h E^T + b over a plain `TiedEmbedding` (not a subclass
+        with its own reverse, e.g. FRAGE's) or h W + b over a full untied kernel: no
+        factorization and no AdvSoft term, so `plain_projection` gives all of it."""
+        plain_tie = not self.tied or type(self.embedding) is TiedEmbedding
+        return (plain_tie and not getattr(self, "adversarial_alpha", 0)
+                and self.output_rank is None)
+
+    def plain_projection(self):
+        """`(weight (V, d), bias (V,) or None)` as tensors, the layout
+        `Backend.target_log_probs` reads: the tied embedding and its output bias, or the
+        untied kernel transposed. Needs `projects_plainly`."""
+        if self.tied:
+            weight, bias = self.embedding.embeddings, self.embedding.output_bias
+        else:
+            weight, bias = ops.transpose(ops.convert_to_tensor(self.kernel)), self.bias
+        return (ops.convert_to_tensor(weight),
+                None if bias is None else ops.convert_to_tensor(bias))
+
     def projection_variables(self):
         """The float variables `project` reads (tied embedding, factors, or kernel and
         bias), for code that substitutes tensors for them (`keras.StatelessScope`)."""

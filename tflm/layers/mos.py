@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tflm import backends
 from tflm.layers.dropout import LockedDropout
 from tflm.layers.head import LogProbHead, tanh_components
 from tflm.layers.init import check_init, torch_uniform
@@ -222,6 +223,29 @@ class MoSLayer(_MixtureBase):
             raise ValueError(f"MoSLayer: mixture must be 'batched' or 'sequential'; got "
                              f"{mixture!r}.")
         self.mixture = mixture
+
+    @property
+    def picks_targets(self):
+        """Whether `target_log_probs` computes this layer's training objective: the
+        batched mixture over a plain projection (no AdvSoft, no factorization)."""
+        return self.mixture == "batched" and self.projects_plainly
+
+    def target_log_probs(self, g, targets, mask=None):
+        """The training objective's log P(y | c) of the `(batch, time)` int `targets`
+        alone, float32 `(batch, time)`, the latent dropped as in training
+        (`Backend.mixture_target_log_probs`: on JAX chunk by chunk, without the `(batch,
+        time, K, V)` tensor; `mask`: the real positions, or None). Needs `picks_targets`."""
+        if not self.picks_targets:
+            raise ValueError(f"{self.name}: target_log_probs needs the batched mixture over "
+                             "a plain projection (no AdvSoft or factorization).")
+        if not self.built:
+            self.build(tuple(g.shape))
+        g = ops.cast(g, self.compute_dtype)
+        h = self.latent(g, training=True)                                  # (B, T, K, L)
+        log_prior = ops.log_softmax(self.prior_logits(g), axis=-1)        # (B, T, K)
+        weight, bias = self.plain_projection()
+        return backends.current().mixture_target_log_probs(h, log_prior, weight, bias,
+                                                           targets, mask)
 
     def call(self, g, training=False, targets=None):
         h = self.latent(g, training=training)                              # (B, T, K, L)

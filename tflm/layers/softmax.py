@@ -4,7 +4,6 @@ import keras
 from keras import ops
 
 from tflm import backends
-from tflm.layers.embedding import TiedEmbedding
 from tflm.layers.head import LogProbHead
 
 
@@ -55,9 +54,7 @@ class SoftmaxLayer(LogProbHead):
     def picks_targets(self):
         """Whether `target_log_probs` computes this layer's training objective: the plain
         softmax (no AdvSoft, no sampling) over a `TiedEmbedding` or a full untied kernel."""
-        plain_tie = not self.tied or type(self.embedding) is TiedEmbedding
-        return (not self.adversarial_alpha and self.num_samples is None and plain_tie
-                and self.output_rank is None)
+        return self.projects_plainly and self.num_samples is None
 
     def target_log_probs(self, h, targets, mask=None):
         """log P(y | c) of the `(batch, time)` int `targets` alone, float32 `(batch, time)`
@@ -68,13 +65,8 @@ class SoftmaxLayer(LogProbHead):
                              "plain projection (no AdvSoft, sampling or factorization).")
         if not self.built:
             self.build(tuple(h.shape))
-        if self.tied:
-            weight, bias = self.embedding.embeddings, self.embedding.output_bias
-        else:
-            weight, bias = ops.transpose(ops.convert_to_tensor(self.kernel)), self.bias
-        bias = None if bias is None else ops.convert_to_tensor(bias)
-        return backends.current().target_log_probs(h, ops.convert_to_tensor(weight), bias,
-                                                   targets, mask)
+        weight, bias = self.plain_projection()
+        return backends.current().target_log_probs(h, weight, bias, targets, mask)
 
     def call(self, h, training=False, targets=None):
         if self.sampling(training, targets):

@@ -1,0 +1,136 @@
+"""MoS training on JAX: the targets' log-probabilities alone, chunk by chunk, against the
+batched mixture picked at the targets.
+
+`targets` is what a JAX train step of an MoS model computes
+(`tflm.backends.jax_mixture_target_log_probs`: no (B, T, K, V) tensor formed or kept);
+`batched` is what it computed before and what every other backend computes
+(`tflm.layers.mos.mixture_log_probs`, the (B, T, V) log-probabilities, then the targets').
+Each is the training loss -mean log P(y) and its gradient with respect to the components
+h `(B, T, K, L)`, the log prior and the tied output layer's W and b, jit-compiled, at the
+MoS PTB preset's head size (B=12, T=70, K=15, V=10,000, L=280), each in a fresh process:
+the median of `--repeats` timed steps after the compiling one, and the peak memory above
+what the process held before the first step (CPU: resident memory; GPU: the allocator's
+peak).
+
+    python -m bench.heads.mos_targets [--batch 12] [--repeats 5] [--device cpu|gpu]
+        [--no-publish] [--json PATH]
+
+Writes results/mos_targets.md beside this script (`bench.harness.publish`).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import time
+
+from bench.harness import REPO, module_command, publish, results_path
+from tools.frameworks.machine import current_rss_mib, peak_rss_mib
+
+K, V, L, T = 15, 10_000, 280, 70
+MODES = ("batched", "targets")
+
+
+def child(mode, batch, repeats, device):
+    # deferred: the child loads JAX with the environment its parent set
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from tflm.backends.jax_mixture_target_log_probs import mixture_target_log_probs
+    from tflm.layers.mos import mixture_log_probs
+
+    rng = np.random.default_rng(0)
+    arrays = [jnp.asarray(rng.normal(size=s).astype("float32")) for s in
+              ((batch, T, K, L), (batch, T, K), (V, L), (V,))]
+    h, prior, weight, bias = arrays
+    h, weight = jnp.tanh(h), 0.1 * weight
+    log_prior = jax.nn.log_softmax(prior, -1)
+    y = jnp.asarray(rng.integers(0, V, (batch, T)), jnp.int32)
+
+    def loss(h, log_prior, weight, bias):
+        if mode == "targets":
+            picked = mixture_target_log_probs(h, log_prior, weight, bias, y)
+        else:
+            full = mixture_log_probs(h @ weight.T + bias, log_prior)
+            picked = jnp.take_along_axis(full, y[..., None], -1)[..., 0]
+        return -jnp.mean(picked)
+
+    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
+    args = (h, log_prior, weight, bias)
+    base = current_rss_mib()
+    started = time.perf_counter()
+    value, grads = jax.block_until_ready(step(*args))
+    first = time.perf_counter() - started
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        jax.block_until_ready(step(*args))
+        times.append(time.perf_counter() - started)
+    if device == "gpu":
+        stats = jax.devices()[0].memory_stats() or {}
+        peak = stats.get("peak_bytes_in_use", 0) / 2**20
+    else:
+        peak = peak_rss_mib() - base
+    print(json.dumps({"seconds": statistics.median(times), "first_seconds": first,
+                      "peak_mib": peak, "loss": float(value),
+                      "grad_norms": [float(jnp.linalg.norm(g)) for g in grads]}))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batch", type=int, default=12)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--no-publish", action="store_true")
+    p.add_argument("--json", help="also write the rows here")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        return child(args.child, args.batch, args.repeats, args.device)
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO),
+                                                        os.environ.get("PYTHONPATH")])))
+    if args.device == "cpu":
+        env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+    rows = {}
+    for mode in MODES:
+        out = subprocess.run(module_command(__spec__.name, "--child", mode, "--batch",
+                                            args.batch, "--repeats", args.repeats,
+                                            "--device", args.device),
+                             env=env, capture_output=True, text=True, check=True, cwd=REPO)
+        rows[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+    tensor_mib = args.batch * T * K * V * 4 / 2**20
+    base = rows["batched"]
+    load = os.getloadavg()
+    agree = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(
+        [rows["targets"]["loss"], *rows["targets"]["grad_norms"]],
+        [base["loss"], *base["grad_norms"]]))
+    title = (f"MoS training on JAX ({args.device}): the targets alone, chunk by chunk, against "
+             f"the batched mixture (B={args.batch}, T={T}, K={K}, V={V:,}, L={L}; one "
+             f"B*T*K*V float32 tensor = {tensor_mib:,.0f} MiB)")
+    memory = "the allocator's peak" if args.device == "gpu" else (
+        "the process's peak resident memory above what it held before the first step")
+    lines = [f"Loss and its gradient, jit-compiled; seconds: the median of {args.repeats} "
+             f"steps after the compiling one; peak: {memory} (MiB, and in B*T*K*V tensors). "
+             f"Load average at the start: {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}. The "
+             f"loss and the gradients' norms agree to {agree:.1e} (relative).", "",
+             "| mode | seconds (median) | first step s | peak MiB | peak / tensor | time "
+             "ratio | memory ratio |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for mode in MODES:
+        r = rows[mode]
+        lines.append(f"| {mode} | {r['seconds']:.3f} | {r['first_seconds']:.2f} | "
+                     f"{r['peak_mib']:,.0f} | {r['peak_mib'] / tensor_mib:.2f} | "
+                     f"{r['seconds'] / base['seconds']:.2f} | "
+                     f"{r['peak_mib'] / max(base['peak_mib'], 1e-9):.2f} |")
+    publish(title, "\n".join(lines),
+            None if args.no_publish else results_path(__file__, "mos_targets.md"))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

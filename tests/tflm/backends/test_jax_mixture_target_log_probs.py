@@ -1,0 +1,156 @@
+"""`tflm.backends.jax_mixture_target_log_probs`: a mixture of softmaxes' log-probabilities of
+the targets alone, chunk by chunk up to a window's extent, and their written backward pass,
+against NumPy; every backend's `Backend.mixture_target_log_probs`; and `MoSLayer`'s
+training objective through it. (The JAX train step of an MoS model against TensorFlow's
+full mixture: tests/tflm/backends/test_jax_backend.py.)"""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.backends import run_in_backend
+
+REFERENCE = r"""
+import numpy as np
+
+def logsumexp(x, axis):
+    top = x.max(axis, keepdims=True)
+    return (top + np.log(np.exp(x - top).sum(axis, keepdims=True))).squeeze(axis)
+
+def reference(h, log_prior, W, b, y, g):
+    '''log P(y) = logsumexp_k(log pi_k + log_softmax(h_k W^T + b)_y) and its gradients for
+    the cotangent g: d h, d log pi, d W, d b.'''
+    logits = h @ W.T + (0 if b is None else b)                     # (B, T, K, V)
+    log_p = logits - logsumexp(logits, -1)[..., None]
+    picked = np.take_along_axis(log_p, np.broadcast_to(y[..., None, None],
+                                                       log_p.shape[:-1] + (1,)), -1)[..., 0]
+    a = log_prior + picked
+    value = logsumexp(a, -1)
+    rho = np.exp(a - value[..., None])
+    d_logits = (g[..., None] * rho)[..., None] * (np.eye(W.shape[0])[y][:, :, None] -
+                                                  np.exp(log_p))
+    d_b = None if b is None else d_logits.sum((0, 1, 2))
+    return (value, d_logits @ W, g[..., None] * rho, np.einsum("btkv,btkd->vd", d_logits, h),
+            d_b)
+"""
+
+CHECK = REFERENCE + r"""
+import json
+import jax, jax.numpy as jnp
+from tflm.backends import extent_loop, jax_mixture_target_log_probs as picks
+
+rng = np.random.default_rng(5)
+K, V, d = 3, 23, 5
+result = {}
+# chunks of ROWS / batch positions that do not divide the window (the last one overlaps),
+# rows of different lengths, a window of padding alone, one shorter than a chunk
+extent_loop.ROWS = 8
+for name, (B, T, lengths, with_bias) in {
+        "unpadded": (3, 7, None, True),
+        "trailing": (2, 11, [6, 3], True),
+        "ragged": (3, 9, [9, 2, 5], False),
+        "all padded": (2, 5, [0, 0], True),
+        "under a chunk": (2, 9, [3, 1], True)}.items():
+    h = rng.normal(size=(B, T, K, d))
+    prior = rng.normal(size=(B, T, K))
+    log_prior = prior - logsumexp(prior, -1)[..., None]
+    W = rng.normal(size=(V, d))
+    b = rng.normal(size=V) if with_bias else None
+    y = rng.integers(0, V, (B, T))
+    mask = None if lengths is None else np.arange(T)[None] < np.array(lengths)[:, None]
+    real = np.ones((B, T), bool) if mask is None else mask
+    args = [jnp.asarray(a, jnp.float32) for a in (h, log_prior, W)] + [
+        None if b is None else jnp.asarray(b, jnp.float32)]
+
+    def run(h, log_prior, W, b, g):
+        picked, vjp = jax.vjp(lambda h, log_prior, W, b: picks.mixture_target_log_probs(
+            h, log_prior, W, b, jnp.asarray(y), None if mask is None else jnp.asarray(mask)),
+            h, log_prior, W, b)
+        return picked, vjp(g)
+
+    # a training loss's cotangent (a scalar times the real positions' weights: the sums of
+    # the forward pass), and any other (the backward pass's own loop)
+    stray = rng.normal(size=(B, T)) * (rng.random((B, T)) < 0.3)
+    for kind, g in {"along the mask": -0.37 * real, "random": rng.normal(size=(B, T)) * real,
+                    "random, padding too": rng.normal(size=(B, T)) * real + stray}.items():
+        picked, grads = jax.jit(run)(*args, jnp.asarray(g, jnp.float32))
+        # the outputs past the extent are the constant 0: no gradient flows through them
+        extent = T if mask is None else int(np.max(np.where(real.any(0), np.arange(1, T + 1), 0)))
+        want = reference(h, log_prior, W, b, y, g * (np.arange(T) < extent))
+        errors = [float(np.max(np.abs(np.asarray(picked) - want[0]) * real, initial=0.0))]
+        errors += [float(np.max(np.abs(np.asarray(got) - w)))
+                   for got, w in zip(grads, want[1:]) if w is not None]
+        result[f"{name}, {kind}"] = max(errors)
+print(json.dumps(result))
+"""
+
+
+def test_mixture_target_log_probs_and_gradients_against_numpy():
+    result = json.loads(run_in_backend("jax", CHECK).strip().splitlines()[-1])
+    assert len(result) == 15
+    for name, error in result.items():
+        assert error < 2e-5, (name, error)
+
+
+BACKEND = REFERENCE + r"""
+import json
+from keras import ops
+from tflm import backends
+
+rng = np.random.default_rng(2)
+B, T, K, V, d = 2, 4, 3, 11, 5
+h, prior, W, b = (rng.normal(size=s) for s in ((B, T, K, d), (B, T, K), (V, d), (V,)))
+log_prior = prior - logsumexp(prior, -1)[..., None]
+y = rng.integers(0, V, (B, T))
+tensor = lambda a: ops.convert_to_tensor(np.asarray(a, "float32"))
+got = backends.current().mixture_target_log_probs(
+    tensor(h), tensor(log_prior), tensor(W), tensor(b), ops.convert_to_tensor(y.astype("int32")))
+want = reference(h, log_prior, W, b, y, np.ones((B, T)))[0]
+print(json.dumps(float(np.abs(ops.convert_to_numpy(got) - want).max())))
+"""
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_every_backend_gives_the_mixture_at_the_targets(backend):
+    """The default (TensorFlow, PyTorch: each component's log-softmax at the target, then
+    their log-sum-exp with the prior) and JAX's chunked one, against NumPy."""
+    error = json.loads(run_in_backend(backend, BACKEND).strip().splitlines()[-1])
+    assert error < 1e-5
+
+
+LAYER = r"""
+import json
+import numpy as np
+import pytest
+from keras import ops
+from tflm.layers import MoSLayer, TiedEmbedding
+
+rng = np.random.default_rng(0)
+g = rng.normal(size=(2, 5, 6)).astype("float32")
+y = rng.integers(0, 9, (2, 5)).astype("int32")
+errors = []
+for head in (MoSLayer(3, embedding=TiedEmbedding(9, 4)), MoSLayer(3, vocab_size=9),
+             MoSLayer(3, vocab_size=9, latent_dim=5, prior_bias=True)):
+    assert head.picks_targets
+    full = ops.convert_to_numpy(head(g, training=True))  # no latent dropout: no draws
+    picked = ops.convert_to_numpy(head.target_log_probs(g, y))
+    errors.append(float(np.abs(picked - np.take_along_axis(full, y[..., None], -1)[..., 0]).max()))
+refused = []
+for head in (MoSLayer(3, vocab_size=9, mixture="sequential"),
+             MoSLayer(3, vocab_size=9, adversarial_alpha=0.005),
+             MoSLayer(3, vocab_size=9, output_rank=2)):
+    refused.append(not head.picks_targets)
+    with pytest.raises(ValueError, match="batched mixture over a plain projection"):
+        head.target_log_probs(g, y)
+print(json.dumps({"errors": errors, "refused": refused}))
+"""
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_mos_layer_target_log_probs_equal_its_log_probs_picked(backend):
+    """`MoSLayer.target_log_probs`, tied, untied and with a prior bias, against the layer's
+    own log-probabilities at the targets; heads it does not compute refuse."""
+    out = json.loads(run_in_backend(backend, LAYER).strip().splitlines()[-1])
+    assert max(out["errors"]) < 1e-5
+    assert out["refused"] == [True, True, True]
