@@ -154,3 +154,54 @@ def test_mos_layer_target_log_probs_equal_its_log_probs_picked(backend):
     out = json.loads(run_in_backend(backend, LAYER).strip().splitlines()[-1])
     assert max(out["errors"]) < 1e-5
     assert out["refused"] == [True, True, True]
+
+
+SHAPES = r"""
+import json
+import jax, jax.numpy as jnp, numpy as np
+from jax.extend import core
+from tflm.backends import extent_loop
+from tflm.backends.jax_mixture_target_log_probs import mixture_target_log_probs
+from tflm.layers.mos import mixture_log_probs
+
+extent_loop.ROWS = 8
+B, T, K, L, V = 2, 9, 3, 4, 13
+rng = np.random.default_rng(0)
+h, prior, W, b = (jnp.asarray(rng.normal(size=s), jnp.float32)
+                  for s in ((B, T, K, L), (B, T, K), (V, L), (V,)))
+y = jnp.asarray(rng.integers(0, V, (B, T)), jnp.int32)
+
+def shapes(jaxpr, found):
+    for eqn in jaxpr.eqns:
+        found.update(tuple(v.aval.shape) for v in eqn.outvars)
+        for param in eqn.params.values():
+            for sub in (param if isinstance(param, (list, tuple)) else [param]):
+                inner = getattr(sub, "jaxpr", sub)
+                if isinstance(inner, core.Jaxpr):
+                    shapes(inner, found)
+    return found
+
+def loss_targets(h, prior, W, b):
+    return -jnp.mean(mixture_target_log_probs(h, jax.nn.log_softmax(prior), W, b, y))
+
+def loss_batched(h, prior, W, b):
+    full = mixture_log_probs(h @ W.T + b, jax.nn.log_softmax(prior))
+    return -jnp.mean(jnp.take_along_axis(full, y[..., None], -1)[..., 0])
+
+out = {}
+for name, loss in (("targets", loss_targets), ("batched", loss_batched)):
+    program = jax.make_jaxpr(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(h, prior, W, b)
+    found = shapes(program.jaxpr, set())
+    out[name] = [(B, T, K, V) in found, max(int(np.prod(s)) for s in found if s)]
+print(json.dumps(out))
+"""
+
+
+def test_the_training_loss_forms_no_tensor_of_every_component_over_the_vocabulary():
+    """The README's claim: the JAX train step's MoS objective and its gradient hold no
+    `(batch, time, K, V)` value anywhere in the program (the chunks' are `(batch, chunk,
+    K, V)`), where the batched mixture holds one."""
+    out = json.loads(run_in_backend("jax", SHAPES).strip().splitlines()[-1])
+    assert out["batched"][0] is True
+    assert out["targets"][0] is False
+    assert out["targets"][1] < out["batched"][1]
