@@ -109,16 +109,15 @@ def in_symbolic_scope():
 
 
 def keras_variable_storage(variable):
-    """The tensor a Keras variable holds, to be written in place, where its `value` is
-    that tensor itself: None inside a `keras.StatelessScope` (whose assignments are
-    collected, not made) and where an autocast scope hands out a cast copy."""
+    """The tensor a Keras variable holds, to be written in place: what its `value` reads
+    (under an autocast scope, `value` is a cast copy of it); None inside a
+    `keras.StatelessScope`, whose assignments are collected, not made."""
     # keras.src.backend.common.stateless_scope.in_stateless_scope: `keras.StatelessScope`
     # is public but nothing public tells whether one is active; Variable._value: the
-    # storage behind `value` (which is a copy under autocast), with no public name.
+    # storage behind `value`, with no public name.
     if _in_stateless_scope():
         return None
-    storage = getattr(variable, "_value", None)
-    return storage if storage is not None and variable.value is storage else None
+    return getattr(variable, "_value", None)
 
 
 def keras_mask(tensor):

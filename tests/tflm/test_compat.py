@@ -112,7 +112,7 @@ def test_keras_call_is_plain_sees_mixed_precision_autocast_scopes_and_remat():
     assert not compat.keras_call_is_plain(remat)
 
 
-def test_keras_variable_storage_is_the_value_outside_stateless_and_autocast_scopes():
+def test_keras_variable_storage_is_what_value_reads_outside_stateless_scopes():
     total = keras.Variable(np.float64(1.0), trainable=False)
     assert compat.keras_variable_storage(total) is total.value
     with keras.StatelessScope():
@@ -123,14 +123,16 @@ def test_keras_variable_storage_is_the_value_outside_stateless_and_autocast_scop
             self.w = self.add_weight(shape=(2,), initializer="ones")
 
         def call(self, inputs):
-            seen.append(compat.keras_variable_storage(self.w))
+            seen.append((compat.keras_variable_storage(self.w), self.w.value))
             return inputs
 
     seen = []
     parent = MixedParent(dtype="mixed_float16")
     parent(np.ones((1, 2), "float32"))
-    assert seen == [None]  # `value` is a float16 copy there
-    assert compat.keras_variable_storage(parent.w) is parent.w.value
+    (storage, value), = seen
+    assert keras.backend.standardize_dtype(value.dtype) == "float16"  # a cast copy there
+    assert storage is compat.keras_variable_storage(parent.w) is parent.w.value
+    assert keras.backend.standardize_dtype(storage.dtype) == "float32"
 
 
 def test_symbolic_scope_is_visible():

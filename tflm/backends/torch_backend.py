@@ -102,10 +102,12 @@ class TorchBackend(Backend):
         """In place, one `add_` where Keras' `assign_add` adds into a new tensor and copies
         it back (two kernels; a step makes a dozen such updates: the metrics' totals, the
         dropout seeds, the optimizer's counts). The same numbers: `value` is converted to
-        the variable's dtype and added, as Keras does. Keras' own path inside a
-        `keras.StatelessScope`, under an autocast copy, for a trainable variable while
-        autograd records, and for a value that is not a tensor of the variable's shape on
-        its device."""
+        the variable's dtype and added, as Keras does. Inside a mixed-precision layer's
+        call (an autocast scope) it adds to the variable itself, as Keras does on JAX and
+        TensorFlow; Keras 3.15's PyTorch `assign` writes into the float16 copy `value`
+        hands out there, and the update is lost. Keras' own path inside a
+        `keras.StatelessScope`, for a trainable variable while autograd records, and for a
+        value that is not a tensor of the variable's shape on its device."""
         storage = compat.keras_variable_storage(variable)
         if (storage is None or not isinstance(value, torch.Tensor)
                 or value.shape != storage.shape or value.device != storage.device

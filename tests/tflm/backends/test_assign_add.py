@@ -83,7 +83,7 @@ import collections, json
 import keras, numpy as np, torch
 from keras import ops
 from torch.utils._python_dispatch import TorchDispatchMode
-from tflm import backends
+from tflm import backends, compat
 
 class Count(TorchDispatchMode):
     def __init__(self):
@@ -95,11 +95,12 @@ class Count(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 def update(variable, value):
-    before = variable.value.data_ptr()
+    before = compat.keras_variable_storage(variable).data_ptr()
     counter = Count()
     with counter:
         backends.current().assign_add(variable, value)
-    return {"ops": dict(counter.ops), "same_storage": variable.value.data_ptr() == before}
+    after = compat.keras_variable_storage(variable).data_ptr()
+    return {"ops": dict(counter.ops), "same_storage": after == before}
 
 total = keras.Variable(np.float64(0.0), trainable=False)
 plain = update(total, torch.tensor(2.0))  # float32 into float64: converted, then added
@@ -107,15 +108,23 @@ weight = keras.Variable(np.zeros((3,), "float32"))  # trainable, autograd on
 recorded = update(weight, torch.ones(3))
 with torch.no_grad():
     unrecorded = update(weight, torch.ones(3))
-keras.mixed_precision.set_dtype_policy("mixed_float16")
-layer = keras.layers.Dense(2)
-layer.build((None, 2))
-from keras.src.backend.common.variables import AutocastScope
-with AutocastScope("float16"):
-    autocast = update(layer.kernel, torch.ones(2, 2, dtype=torch.float32))
+class Mixed(keras.layers.Layer):  # its __call__ opens a float16 autocast scope
+    def build(self, input_shape):
+        self.ours = self.add_weight(shape=(2,), initializer="zeros", trainable=False)
+        self.keras = self.add_weight(shape=(2,), initializer="zeros", trainable=False)
+
+    def call(self, inputs):
+        seen.append(update(self.ours, torch.full((2,), 0.1)))
+        self.keras.assign_add(torch.full((2,), 0.1))
+        return inputs
+
+seen = []
+layer = Mixed(dtype="mixed_float16")
+layer(np.ones((1, 2), "float32"))
 print(json.dumps({"plain": plain, "recorded": recorded, "unrecorded": unrecorded,
-                  "autocast": autocast, "total": float(total.value),
-                  "kernel_dtype": str(layer.kernel.value.dtype)}))
+                  "autocast": seen[0], "total": float(total.value),
+                  "ours": layer.ours.value.tolist(), "keras": layer.keras.value.tolist(),
+                  "dtype": str(layer.ours.value.dtype)}))
 """
 
 
@@ -125,7 +134,10 @@ def test_torch_adds_in_place_where_keras_would_change_nothing_else():
     assert "copy_" not in out["plain"]["ops"]
     assert out["total"] == 2.0
     assert out["unrecorded"] == {"ops": {"add_": 1}, "same_storage": True}
-    # Keras' own path: a new sum copied back (add, then copy_)
-    for case in ("recorded", "autocast"):
-        assert "add_" not in out[case]["ops"] and out[case]["ops"].get("copy_") == 1, case
-    assert out["kernel_dtype"] == "torch.float32"
+    # a trainable variable while autograd records: Keras' own path, a new sum copied back
+    assert "add_" not in out["recorded"]["ops"] and out["recorded"]["ops"].get("copy_") == 1
+    # inside a mixed-precision layer's call: added to the float32 variable itself (0.1 in
+    # float32, not float16's 0.0999756); Keras 3.15's PyTorch assign loses the update there
+    assert out["autocast"]["same_storage"] and out["autocast"]["ops"].get("add_") == 1
+    assert out["ours"] == [float(np.float32(0.1))] * 2 and out["dtype"] == "torch.float32"
+    assert out["keras"] == [0.0, 0.0], "Keras' PyTorch assign now keeps it: drop this note"
