@@ -71,8 +71,12 @@ class FlowHead(LogProbHead):
         self.b_in = self.add_weight(shape=(k,), name="b_in", initializer="zeros")
         self.w_out = self.add_weight(shape=(k, d), name="w_out", initializer="zeros")
         self.b_out = self.add_weight(shape=(d,), name="b_out", initializer="zeros")
+        # autocast=False: a count, never cast; and under a mixed policy Keras 3.15's PyTorch
+        # `assign` writes into the autocast copy, losing the count (tests/zoo/models/
+        # test_precision.py)
         self.nfe = self.add_weight(shape=(), name="nfe", initializer="zeros", dtype="float32",
-                                   trainable=False, aggregation="only_first_replica")
+                                   trainable=False, aggregation="only_first_replica",
+                                   autocast=False)
 
     def flow_params(self):
         return [self.w_z, self.w_t, self.b_in, self.w_out, self.b_out]

@@ -97,8 +97,12 @@ class NeuralODELogits(LogProbHead):
                     keras.initializers.RandomUniform(-(v + 1) ** -0.5, (v + 1) ** -0.5))
         self.w_f = self.add_weight(shape=(v + 1, k), name="w_f", initializer=w_f_init)
         self.w = self.add_weight(shape=(v, k), name="w", initializer="zeros")
+        # autocast=False: a count, never cast; and under a mixed policy Keras 3.15's PyTorch
+        # `assign` writes into the autocast copy, losing the count (tests/zoo/models/
+        # test_precision.py)
         self.nfe = self.add_weight(shape=(), name="nfe", initializer="zeros", dtype="float32",
-                                   trainable=False, aggregation="only_first_replica")
+                                   trainable=False, aggregation="only_first_replica",
+                                   autocast=False)
         self.built = True
 
     @staticmethod

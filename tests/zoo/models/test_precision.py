@@ -4,6 +4,8 @@ computing in bfloat16 while the variables, the carried state, the log-probabilit
 perplexity stay float32, and gives the float32 model's log-probabilities within bfloat16's
 rounding (from zero state and from the carried state)."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -119,3 +121,31 @@ def test_zoo_train_trains_under_mixed_bfloat16_on_jax_and_torch(backend, tmp_pat
     grad_norm, test = map(float, printed.split()[-2:])
     assert np.isfinite(grad_norm) and grad_norm > 0
     assert 1.0 < test < 40 * 1.5  # a 40-word vocabulary: near or below uniform
+
+
+def test_the_flow_heads_count_their_function_evaluations_under_mixed_precision_on_torch():
+    """The ODE heads' `nfe` counter is assigned inside the head's call. Under a mixed policy
+    Keras 3.15's PyTorch `assign` writes an autocast variable's update into the cast copy
+    and loses it (cnf's count read 0); the counter is created without autocast."""
+    from tests.backends import run_in_backend
+    printed = run_in_backend("torch", """
+        import json, keras, numpy as np
+        from zoo.runs.builders import build_model
+        from zoo.runs.config import resolve_config
+        from zoo.runs.settings import RunSettings
+        counts = {}
+        for head in ("cnf", "node"):
+            for precision in ("float32", "mixed_bfloat16"):
+                config = resolve_config("awd_lstm_ptb", [
+                    "model.embed_dim=8", "model.hidden_dim=12", "model.num_layers=2",
+                    f'model.head={{"type": "{head}"}}', f"training.precision={precision}"])
+                model = build_model(RunSettings.from_config(config), 30)
+                model(np.random.default_rng(0).integers(0, 30, (2, 5)))
+                counts[f"{head} {precision}"] = [float(keras.ops.convert_to_numpy(v))
+                                                 for v in model.variables if v.name == "nfe"]
+        print(json.dumps(counts))
+        """)
+    counts = json.loads(printed.strip().splitlines()[-1])
+    for head in ("cnf", "node"):
+        assert counts[f"{head} mixed_bfloat16"] == counts[f"{head} float32"], head
+        assert counts[f"{head} float32"][0] > 0, head
