@@ -22,8 +22,8 @@ everything that differs between Keras backends:
     is_concrete(tensor)            whether the tensor's values are known now
     pick_targets(log_probs, targets)
                                    log_probs[..., targets]: the loss's gather
-    picks_targets_in_training()    whether the train step asks a softmax or MoS output layer
-                                   for the targets' log-probabilities alone
+    picks_targets_in_training()    whether the train step asks a softmax, MoS or MoC output
+                                   layer for the targets' log-probabilities alone
     target_log_probs(h, weight, bias, targets, mask)
                                    log softmax(h weight^T + bias) at the targets
     mixture_target_log_probs(h, log_prior, weight, bias, targets, mask)
@@ -206,8 +206,9 @@ class Backend:
         return ops.squeeze(picked, -1)
 
     def picks_targets_in_training(self):
-        """Whether a model whose output layer can (`SoftmaxLayer.picks_targets`) computes
-        only the targets' log-probabilities in its train step (`target_log_probs`), its
+        """Whether a model whose output layer can (`picks_targets`: the softmax, MoS and
+        MoC heads) computes only the targets' log-probabilities in its train step
+        (`target_log_probs`, `mixture_target_log_probs`), its
         loss reading them as column 0 (`LanguageModel.picks_targets_in_training`). JAX
         does: its chunked pick stops at a padded window's last real position."""
         return False

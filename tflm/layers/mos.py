@@ -291,8 +291,33 @@ class MoCLayer(_MixtureBase):
     Reference: Yang et al. 2018 (ICLR), §2.5.
     """
 
-    def call(self, g, training=False):
+    @property
+    def picks_targets(self):
+        """Whether `target_log_probs` computes this layer's training objective: one softmax
+        over a plain projection (no factorization)."""
+        return self.projects_plainly
+
+    def target_log_probs(self, g, targets, mask=None):
+        """The training objective's log P(y | c) of the `(batch, time)` int `targets`
+        alone, float32 `(batch, time)`, the latent dropped as in training: the softmax's
+        (`Backend.target_log_probs`, on JAX chunk by chunk) over the mixed contexts.
+        Needs `picks_targets`."""
+        if not self.picks_targets:
+            raise ValueError(f"{self.name}: target_log_probs needs a plain projection (no "
+                             "factorization).")
+        if not self.built:
+            self.build(tuple(g.shape))
+        weight, bias = self.plain_projection()
+        return backends.current().target_log_probs(
+            self._mixed_contexts(ops.cast(g, self.compute_dtype), training=True), weight,
+            bias, targets, mask)
+
+    def _mixed_contexts(self, g, training):
+        """h_c = sum_k pi_{c,k} h_{c,k}, `(batch, time, L)`."""
         h = self.latent(g, training=training)                             # (B, T, K, L)
         pi = ops.softmax(self.prior_logits(g), axis=-1)                   # (B, T, K)
-        mixed = ops.sum(h * ops.cast(ops.expand_dims(pi, -1), h.dtype), axis=2)
+        return ops.sum(h * ops.cast(ops.expand_dims(pi, -1), h.dtype), axis=2)
+
+    def call(self, g, training=False):
+        mixed = self._mixed_contexts(g, training)
         return ops.log_softmax(ops.cast(self.project(mixed), "float32"), axis=-1)

@@ -68,14 +68,15 @@ def test_jax_fit_carries_state_evaluates_predicts_and_saves(tmp_path):
 
 @pytest.mark.skipif("jax" not in KERAS_BACKENDS or "tensorflow" not in KERAS_BACKENDS,
                     reason="needs jax and tensorflow")
-@pytest.mark.parametrize("head", ["mos", pytest.param("softmax", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("head", ["mos", pytest.param("softmax", marks=pytest.mark.slow),
+                                  pytest.param("moc", marks=pytest.mark.slow)])
 def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling(tmp_path,
                                                                                  head):
     """The JAX step applies the same update as the TensorFlow step: a window shorter than
     bptt (T/bptt scaling), clipping active, L2 decay, AR/TAR, two steps (state carried).
-    With either head JAX's step computes the targets' log-probabilities alone
-    (`tflm.backends.jax_target_log_probs`, `jax_mixture_target_log_probs`), TensorFlow's
-    the full distribution."""
+    With each head JAX's step computes the targets' log-probabilities alone
+    (`tflm.backends.jax_target_log_probs`: the softmax's and MoC's;
+    `jax_mixture_target_log_probs`: MoS'), TensorFlow's the full distribution."""
     code = """
         import numpy as np, keras
         from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
@@ -96,7 +97,7 @@ def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling
         np.savez("%s/out_" + keras.backend.backend() + ".npz", *m.get_weights())
         print(logs[0]["loss"], logs[1]["loss"], logs[0]["grad_norm"])
     """ % (tmp_path, tmp_path)
-    spec = {"type": "mos", "num_experts": 2} if head == "mos" else {"type": "softmax"}
+    spec = {"type": head, "num_experts": 2} if head != "softmax" else {"type": "softmax"}
     code = code.replace("HEAD", repr(spec))
     run_in_backend("tensorflow", f"""
         import numpy as np

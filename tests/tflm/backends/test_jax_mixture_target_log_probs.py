@@ -124,14 +124,15 @@ import json
 import numpy as np
 import pytest
 from keras import ops
-from tflm.layers import MoSLayer, TiedEmbedding
+from tflm.layers import MoCLayer, MoSLayer, TiedEmbedding
 
 rng = np.random.default_rng(0)
 g = rng.normal(size=(2, 5, 6)).astype("float32")
 y = rng.integers(0, 9, (2, 5)).astype("int32")
 errors = []
 for head in (MoSLayer(3, embedding=TiedEmbedding(9, 4)), MoSLayer(3, vocab_size=9),
-             MoSLayer(3, vocab_size=9, latent_dim=5, prior_bias=True)):
+             MoSLayer(3, vocab_size=9, latent_dim=5, prior_bias=True),
+             MoCLayer(3, embedding=TiedEmbedding(9, 4)), MoCLayer(3, vocab_size=9)):
     assert head.picks_targets
     full = ops.convert_to_numpy(head(g, training=True))  # no latent dropout: no draws
     picked = ops.convert_to_numpy(head.target_log_probs(g, y))
@@ -139,21 +140,22 @@ for head in (MoSLayer(3, embedding=TiedEmbedding(9, 4)), MoSLayer(3, vocab_size=
 refused = []
 for head in (MoSLayer(3, vocab_size=9, mixture="sequential"),
              MoSLayer(3, vocab_size=9, adversarial_alpha=0.005),
-             MoSLayer(3, vocab_size=9, output_rank=2)):
+             MoSLayer(3, vocab_size=9, output_rank=2), MoCLayer(3, vocab_size=9, output_rank=2)):
     refused.append(not head.picks_targets)
-    with pytest.raises(ValueError, match="batched mixture over a plain projection"):
+    with pytest.raises(ValueError, match="plain projection"):
         head.target_log_probs(g, y)
 print(json.dumps({"errors": errors, "refused": refused}))
 """
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_mos_layer_target_log_probs_equal_its_log_probs_picked(backend):
-    """`MoSLayer.target_log_probs`, tied, untied and with a prior bias, against the layer's
-    own log-probabilities at the targets; heads it does not compute refuse."""
+def test_mixture_layers_target_log_probs_equal_their_log_probs_picked(backend):
+    """`MoSLayer.target_log_probs`, tied, untied and with a prior bias, and `MoCLayer`'s
+    (the softmax's over the mixed contexts), against the layers' own log-probabilities at
+    the targets; heads they do not compute refuse."""
     out = json.loads(run_in_backend(backend, LAYER).strip().splitlines()[-1])
     assert max(out["errors"]) < 1e-5
-    assert out["refused"] == [True, True, True]
+    assert out["refused"] == [True, True, True, True]
 
 
 SHAPES = r"""
