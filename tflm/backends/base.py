@@ -208,9 +208,9 @@ class Backend:
     def picks_targets_in_training(self):
         """Whether a model whose output layer can (`picks_targets`: the softmax, MoS and
         MoC heads) computes only the targets' log-probabilities in its train step
-        (`target_log_probs`, `mixture_target_log_probs`), its
-        loss reading them as column 0 (`LanguageModel.picks_targets_in_training`). JAX
-        does: its chunked pick stops at a padded window's last real position."""
+        (`target_log_probs`, `mixture_target_log_probs`), its loss reading them as column
+        0 (`LanguageModel.picks_targets_in_training`). JAX does: its chunked pick stops at
+        a padded window's last real position."""
         return False
 
     def target_log_probs(self, h, weight, bias, targets, mask=None):
