@@ -179,8 +179,9 @@ def stages(work, carried, small):
 
 # What the next lent GPU measures first (issue 41): steps_per_execution 8 against 1 for the
 # AWD-LSTM and MoS presets (the windows of a dispatch in one scan: the host's share of the
-# 16.9 ms an AWD-LSTM step took, of which the GPU was busy 12.5, is what it saves), then the
-# MoS step against zihangdai/mos's, Keras on PyTorch at the AWD-LSTM preset's size against
+# 16.9 ms an AWD-LSTM step took, of which the GPU was busy 12.5, is what it saves), then
+# MoS's chunked training objective against the batched one (`mos-head`), the MoS step
+# against zihangdai/mos's, Keras on PyTorch at the AWD-LSTM preset's size against
 # main.py's step (and against the base tree's, where one is carried: the A/B of a change), a
 # longer warm MoS run, then Keras on PyTorch in `zoo.train`'s own loop.
 # `curves` and the `pad-*` stages ran in the sessions of 2026-11-28 (results/gpu_session.md).
