@@ -1,7 +1,9 @@
 """`Backend.assign_add` (the metrics' totals, the dropout seeds' states, the averaged SGD's
-count): Keras' `variable.assign_add`, bit for bit, on every backend; on PyTorch one
-in-place `add_` on the variable's own tensor where that changes nothing, Keras' own path
-elsewhere. And the float64 totals of `tflm.metrics` stay float64 where they divide."""
+count): Keras' `variable.assign_add`, bit for bit, on every backend. On PyTorch one
+in-place `add_` on the variable's own tensor, also inside a mixed-precision layer's call
+(where Keras 3.15's PyTorch assign loses the update); Keras' own path in a stateless scope,
+for a trainable variable while autograd records, and for other values. And the float64
+totals of `tflm.metrics` stay float64 where they divide."""
 
 import json
 
@@ -128,7 +130,7 @@ print(json.dumps({"plain": plain, "recorded": recorded, "unrecorded": unrecorded
 """
 
 
-def test_torch_adds_in_place_where_keras_would_change_nothing_else():
+def test_torch_adds_in_place_and_keeps_the_update_inside_an_autocast_scope():
     out = json.loads(run_in_backend("torch", IN_PLACE).strip().splitlines()[-1])
     assert out["plain"]["same_storage"] and out["plain"]["ops"].get("add_") == 1
     assert "copy_" not in out["plain"]["ops"]
