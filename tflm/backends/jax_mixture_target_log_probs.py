@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from tflm.backends import extent_loop
-from tflm.backends.jax_target_log_probs import along_weights
+from tflm.backends.jax_target_log_probs import along_weights, prepared
 
 
 def mixture_target_log_probs(h, log_prior, weight, bias, targets, mask=None):
@@ -43,18 +43,8 @@ def mixture_target_log_probs(h, log_prior, weight, bias, targets, mask=None):
     `h` `(batch, time, K, L)`, `log_prior` `(batch, time, K)` (log pi, normalized),
     `weight` `(V, L)`, `bias` `(V,)` or None, `targets` int `(batch, time)`, `mask` bool
     `(batch, time)` of real positions or None (all real)."""
-    h = jnp.asarray(h, jnp.float32)
-    log_prior = jnp.asarray(log_prior, jnp.float32)
-    weight = jnp.asarray(weight, jnp.float32)
-    bias = (jnp.zeros(weight.shape[:1], jnp.float32) if bias is None
-            else jnp.asarray(bias, jnp.float32))
-    if mask is None:
-        weights = jnp.ones(h.shape[:2], jnp.float32)
-        extent = jnp.asarray(h.shape[1], jnp.int32)
-    else:
-        weights = jnp.asarray(mask, jnp.float32)
-        extent = extent_loop.extent(weights[..., None])
-    return _picked(h, log_prior, weight, bias, jnp.asarray(targets, jnp.int32), extent,
+    h, weight, bias, targets, extent, weights = prepared(h, weight, bias, targets, mask)
+    return _picked(h, jnp.asarray(log_prior, jnp.float32), weight, bias, targets, extent,
                    weights)
 
 

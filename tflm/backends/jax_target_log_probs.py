@@ -49,17 +49,26 @@ def target_log_probs(h, weight, bias, targets, mask=None):
     Chunks of `extent_loop.ROWS` rows (`extent_loop.Chunks`) cover the positions before the
     extent exactly; the others get 0. The backward pass is quickest for a cotangent
     proportional to the mask (the module's docstring)."""
-    h = jnp.asarray(h, jnp.float32)
+    h, weight, bias, targets, extent, weights = prepared(h, weight, bias, targets, mask)
+    return _picked(h, weight, bias, targets, extent, weights)
+
+
+def prepared(h, weight, bias, targets, mask):
+    """The arguments as the chunk loops take them: `h`, `weight` and `bias` float32 (a
+    zero bias for None), `targets` int32, and from `mask` (None: all real) the window's
+    extent and the positions' float weights."""
     weight = jnp.asarray(weight, jnp.float32)
     bias = (jnp.zeros(weight.shape[:1], jnp.float32) if bias is None
             else jnp.asarray(bias, jnp.float32))
+    batch, length = h.shape[:2]
     if mask is None:
-        weights = jnp.ones(h.shape[:2], jnp.float32)
-        extent = jnp.asarray(h.shape[1], jnp.int32)
+        weights = jnp.ones((batch, length), jnp.float32)
+        extent = jnp.asarray(length, jnp.int32)
     else:
         weights = jnp.asarray(mask, jnp.float32)
         extent = extent_loop.extent(weights[..., None])
-    return _picked(h, weight, bias, jnp.asarray(targets, jnp.int32), extent, weights)
+    return (jnp.asarray(h, jnp.float32), weight, bias, jnp.asarray(targets, jnp.int32),
+            extent, weights)
 
 
 # g counts as alpha w when every |g_r - alpha w_r| is at most this fraction of max |g|

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.backends import run_in_backend
+from tests.tflm.backends.test_torch_seeds import run_counted
 
 CHECK = r"""
 import json
@@ -81,20 +82,10 @@ def test_assign_add_equals_keras_and_metric_totals_stay_float64(backend):
 
 
 IN_PLACE = r"""
-import collections, json
+import json
 import keras, numpy as np, torch
 from keras import ops
-from torch.utils._python_dispatch import TorchDispatchMode
 from tflm import backends, compat
-
-class Count(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.__name__.split(".")[0]] += 1
-        return func(*args, **(kwargs or {}))
 
 def update(variable, value):
     before = compat.keras_variable_storage(variable).data_ptr()
@@ -123,15 +114,16 @@ class Mixed(keras.layers.Layer):  # its __call__ opens a float16 autocast scope
 seen = []
 layer = Mixed(dtype="mixed_float16")
 layer(np.ones((1, 2), "float32"))
-print(json.dumps({"plain": plain, "recorded": recorded, "unrecorded": unrecorded,
-                  "autocast": seen[0], "total": float(total.value),
-                  "ours": layer.ours.value.tolist(), "keras": layer.keras.value.tolist(),
-                  "dtype": str(layer.ours.value.dtype)}))
+print("RESULT" + json.dumps({"plain": plain, "recorded": recorded, "unrecorded": unrecorded,
+                            "autocast": seen[0], "total": float(total.value),
+                            "ours": layer.ours.value.tolist(),
+                            "keras": layer.keras.value.tolist(),
+                            "dtype": str(layer.ours.value.dtype)}))
 """
 
 
 def test_torch_adds_in_place_and_keeps_the_update_inside_an_autocast_scope():
-    out = json.loads(run_in_backend("torch", IN_PLACE).strip().splitlines()[-1])
+    out = run_counted(IN_PLACE)  # `Count`: the aten ops a block dispatches
     assert out["plain"]["same_storage"] and out["plain"]["ops"].get("add_") == 1
     assert "copy_" not in out["plain"]["ops"]
     assert out["total"] == 2.0

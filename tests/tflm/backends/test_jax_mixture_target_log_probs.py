@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.backends import run_in_backend
+from tests.tflm.backends.test_jax_target_log_probs import CHUNKED_CASES
 
 REFERENCE = r"""
 import numpy as np
@@ -35,30 +36,22 @@ def reference(h, log_prior, W, b, y, g):
             d_b)
 """
 
-CHECK = REFERENCE + r"""
+CHECK = CHUNKED_CASES + REFERENCE + r"""
 import json
-import jax, jax.numpy as jnp
-from tflm.backends import extent_loop, jax_mixture_target_log_probs as picks
+import jax
+from tflm.backends import jax_mixture_target_log_probs as picks
 
 rng = np.random.default_rng(5)
 K, V, d = 3, 23, 5
 result = {}
-# chunks of ROWS / batch positions that do not divide the window (the last one overlaps),
-# rows of different lengths, a window of padding alone, one shorter than a chunk
-extent_loop.ROWS = 8
-for name, (B, T, lengths, with_bias) in {
-        "unpadded": (3, 7, None, True),
-        "trailing": (2, 11, [6, 3], True),
-        "ragged": (3, 9, [9, 2, 5], False),
-        "all padded": (2, 5, [0, 0], True),
-        "under a chunk": (2, 9, [3, 1], True)}.items():
+for name, (B, T, lengths, with_bias) in WINDOWS.items():
     h = rng.normal(size=(B, T, K, d))
     prior = rng.normal(size=(B, T, K))
     log_prior = prior - logsumexp(prior, -1)[..., None]
     W = rng.normal(size=(V, d))
     b = rng.normal(size=V) if with_bias else None
     y = rng.integers(0, V, (B, T))
-    mask = None if lengths is None else np.arange(T)[None] < np.array(lengths)[:, None]
+    mask = padding_mask(B, T, lengths)
     real = np.ones((B, T), bool) if mask is None else mask
     args = [jnp.asarray(a, jnp.float32) for a in (h, log_prior, W)] + [
         None if b is None else jnp.asarray(b, jnp.float32)]
@@ -69,19 +62,9 @@ for name, (B, T, lengths, with_bias) in {
             h, log_prior, W, b)
         return picked, vjp(g)
 
-    # a training loss's cotangent (a scalar times the real positions' weights: the sums of
-    # the forward pass), and any other (the backward pass's own loop)
-    stray = rng.normal(size=(B, T)) * (rng.random((B, T)) < 0.3)
-    for kind, g in {"along the mask": -0.37 * real, "random": rng.normal(size=(B, T)) * real,
-                    "random, padding too": rng.normal(size=(B, T)) * real + stray}.items():
-        picked, grads = jax.jit(run)(*args, jnp.asarray(g, jnp.float32))
-        # the outputs past the extent are the constant 0: no gradient flows through them
-        extent = T if mask is None else int(np.max(np.where(real.any(0), np.arange(1, T + 1), 0)))
-        want = reference(h, log_prior, W, b, y, g * (np.arange(T) < extent))
-        errors = [float(np.max(np.abs(np.asarray(picked) - want[0]) * real, initial=0.0))]
-        errors += [float(np.max(np.abs(np.asarray(got) - w)))
-                   for got, w in zip(grads, want[1:]) if w is not None]
-        result[f"{name}, {kind}"] = max(errors)
+    errors = errors_over_cotangents(rng, mask, real, lambda g: jax.jit(run)(*args, g),
+                                    lambda g: reference(h, log_prior, W, b, y, g))
+    result.update({f"{name}, {kind}": error for kind, error in errors.items()})
 print(json.dumps(result))
 """
 

@@ -8,11 +8,52 @@ import pytest
 
 from tests.backends import run_in_backend
 
-CHECK = r"""
-import json
+# The windows and cotangents a chunked pick is checked on (here and in
+# test_jax_mixture_target_log_probs.py).
+CHUNKED_CASES = r"""
 import numpy as np
-import jax, jax.numpy as jnp
-from tflm.backends import extent_loop, jax_target_log_probs as picks
+import jax.numpy as jnp
+from tflm.backends import extent_loop
+
+# (batch, time, real lengths per row or None, bias): chunks of ROWS / batch positions that
+# do not divide the window (the last one overlaps), rows of different lengths, a window
+# that is all padding, one shorter than a chunk
+extent_loop.ROWS = 8
+WINDOWS = {"unpadded": (3, 7, None, True), "trailing": (2, 11, [6, 3], True),
+           "ragged": (3, 9, [9, 2, 5], False), "all padded": (2, 5, [0, 0], True),
+           "under a chunk": (2, 9, [3, 1], True)}
+
+
+def padding_mask(B, T, lengths):
+    return None if lengths is None else np.arange(T)[None] < np.array(lengths)[:, None]
+
+
+# The largest |ours - NumPy| of the values (at the real positions) and of the gradients,
+# for each cotangent g: a training loss's (a scalar times the real positions' weights: the
+# sums of the forward pass), and any other (the backward pass's own loop): padded positions
+# carry no gradient in the first two, some in the third. `picked_and_grads(g)`: (values,
+# gradients); `reference(g)`: (values, *gradients), None for a gradient not taken.
+def errors_over_cotangents(rng, mask, real, picked_and_grads, reference):
+    B, T = real.shape
+    stray = rng.normal(size=(B, T)) * (rng.random((B, T)) < 0.3)
+    # the outputs past the extent are constant 0: no gradient flows through them
+    extent = T if mask is None else int(np.max(np.where(real.any(0), np.arange(1, T + 1), 0)))
+    out = {}
+    for kind, g in {"along the mask": -0.37 * real, "random": rng.normal(size=(B, T)) * real,
+                    "random, padding too": rng.normal(size=(B, T)) * real + stray}.items():
+        picked, grads = picked_and_grads(jnp.asarray(g, jnp.float32))
+        want = reference(g * (np.arange(T) < extent))
+        errors = [float(np.max(np.abs(np.asarray(picked) - want[0]) * real, initial=0.0))]
+        errors += [float(np.max(np.abs(np.asarray(got) - w)))
+                   for got, w in zip(grads, want[1:]) if w is not None]
+        out[kind] = max(errors)
+    return out
+"""
+
+CHECK = CHUNKED_CASES + r"""
+import json
+import jax
+from tflm.backends import jax_target_log_probs as picks
 
 def reference(h, W, b, y, g):
     logits = h @ W.T + (0 if b is None else b)
@@ -26,21 +67,12 @@ def reference(h, W, b, y, g):
 rng = np.random.default_rng(3)
 V, d = 37, 6
 result = {}
-# (batch, time, real lengths per row or None, bias): chunks of ROWS / batch positions that
-# do not divide the window (the last one overlaps), rows of different lengths, a window
-# that is all padding, one shorter than a chunk
-extent_loop.ROWS = 8
-for name, (B, T, lengths, with_bias) in {
-        "unpadded": (3, 7, None, True),
-        "trailing": (2, 11, [6, 3], True),
-        "ragged": (3, 9, [9, 2, 5], False),
-        "all padded": (2, 5, [0, 0], True),
-        "under a chunk": (2, 9, [3, 1], True)}.items():
+for name, (B, T, lengths, with_bias) in WINDOWS.items():
     h = rng.normal(size=(B, T, d))
     W = rng.normal(size=(V, d))
     b = rng.normal(size=V) if with_bias else None
     y = rng.integers(0, V, (B, T))
-    mask = None if lengths is None else np.arange(T)[None] < np.array(lengths)[:, None]
+    mask = padding_mask(B, T, lengths)
     real = np.ones((B, T), bool) if mask is None else mask
     args = [jnp.asarray(a, jnp.float32) for a in (h, W)] + [
         None if b is None else jnp.asarray(b, jnp.float32)]
@@ -50,20 +82,9 @@ for name, (B, T, lengths, with_bias) in {
             h, W, b, jnp.asarray(y), None if mask is None else jnp.asarray(mask)), h, W, b)
         return picked, vjp(g)
 
-    # a training loss's cotangent (a scalar times the real positions' weights: the sums
-    # of the forward pass), and any other (the backward pass's own loop): padded positions
-    # carry no gradient in the first two, some in the third
-    stray = rng.normal(size=(B, T)) * (rng.random((B, T)) < 0.3)
-    for kind, g in {"along the mask": -0.37 * real, "random": rng.normal(size=(B, T)) * real,
-                    "random, padding too": rng.normal(size=(B, T)) * real + stray}.items():
-        picked, grads = jax.jit(run)(*args, jnp.asarray(g, jnp.float32))
-        # the outputs past the extent are constant 0: no gradient flows through them
-        extent = T if mask is None else int(np.max(np.where(real.any(0), np.arange(1, T + 1), 0)))
-        want = reference(h, W, b, y, g * (np.arange(T) < extent))
-        errors = [float(np.max(np.abs(np.asarray(picked) - want[0]) * real, initial=0.0))]
-        errors += [float(np.max(np.abs(np.asarray(got) - w)))
-                   for got, w in zip(grads, want[1:]) if w is not None]
-        result[f"{name}, {kind}"] = max(errors)
+    errors = errors_over_cotangents(rng, mask, real, lambda g: jax.jit(run)(*args, g),
+                                    lambda g: reference(h, W, b, y, g))
+    result.update({f"{name}, {kind}": error for kind, error in errors.items()})
 print(json.dumps(result))
 """
 
