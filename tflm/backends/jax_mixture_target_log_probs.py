@@ -23,10 +23,11 @@ The forward pass keeps rho `(batch, time, K)` and q `(batch, time, K, L)` and co
 and db for g = w, the real positions' weights (a training loss is alpha sum_r w_r NLL_r);
 the backward pass scales them by alpha, or, for any other g, runs the chunks again
 (`jax_target_log_probs.along_weights` decides). Three GEMMs of the output layer a step, as
-autodiff of the batched head does. Values and gradients equal autodiff of the batched
-mixture (`tflm.layers.mos.mixture_log_probs`) to float32 rounding
-(tests/tflm/backends/test_jax_mixture_target_log_probs.py). Positions past the extent get 0
-and no gradient.
+autodiff of the batched head does. Values and gradients equal NumPy's to float32
+rounding (tests/tflm/backends/test_jax_mixture_target_log_probs.py), and a JAX train step
+of an MoS model gives TensorFlow's, which differentiates the batched mixture
+(`tflm.layers.mos.mixture_log_probs`; tests/tflm/backends/test_jax_backend.py). Positions
+past the extent get 0 and no gradient.
 """
 
 import jax
