@@ -225,12 +225,12 @@ class Backend:
         `h` `(batch, time, K, d)`, `log_prior` `(batch, time, K)` (log pi), `weight` `(V,
         d)`, `bias` `(V,)` or None, `mask` as `target_log_probs`'. Here each component's
         log-probability of the target, log_softmax(l_k)_y, then their log-sum-exp with the
-        prior."""
+        prior (the logits picked with `pick_targets`, then their log-sum-exp over V taken
+        off: no second `(batch, time, K, V)` tensor)."""
         logits = ops.cast(self.linear(h, weight, bias), "float32")          # (B, T, K, V)
-        lse = ops.logsumexp(logits, axis=-1)
-        ids = ops.broadcast_to(ops.expand_dims(ops.expand_dims(targets, -1), -1),
-                               tuple(logits.shape[:-1]) + (1,))
-        picked = ops.squeeze(ops.take_along_axis(logits, ids, axis=-1), -1) - lse
+        lse = ops.logsumexp(logits, axis=-1)                                # (B, T, K)
+        ids = ops.broadcast_to(ops.expand_dims(targets, -1), ops.shape(lse))
+        picked = self.pick_targets(logits, ids) - lse
         return ops.logsumexp(ops.cast(log_prior, "float32") + picked, axis=-1)
 
     def global_batch_block(self):

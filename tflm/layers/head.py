@@ -258,8 +258,7 @@ class LogProbHead(keras.layers.Layer):
         with its own reverse, e.g. FRAGE's) or h W + b over a full untied kernel: no
         factorization and no AdvSoft term, so `plain_projection` gives all of it."""
         plain_tie = not self.tied or type(self.embedding) is TiedEmbedding
-        return (plain_tie and not getattr(self, "adversarial_alpha", 0)
-                and self.output_rank is None)
+        return plain_tie and not self.adversarial_alpha and self.output_rank is None
 
     def plain_projection(self):
         """`(weight (V, d), bias (V,) or None)` as tensors, the layout
