@@ -187,8 +187,9 @@ SLOW_VARIANTS = {
     # [tensorflow] runs too
     "tests/tflm/backends/test_jax_mixture_target_log_probs.py::"
     "test_every_backend_gives_the_mixture_at_the_targets[torch]",  # 8 s; [tensorflow]
+    # 2026-12-07, stop 66: [jax] back in CI (its totals' dtype without a warning)
     "tests/tflm/backends/test_assign_add.py::"
-    "test_assign_add_equals_keras_and_metric_totals_stay_float64[jax]",  # 5 s; [tensorflow]
+    "test_assign_add_equals_keras_and_metric_totals_stay_float64[tensorflow]",  # [torch]
 }
 
 

@@ -292,8 +292,10 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         return real / float(self.bptt)
 
     def update_lm_metrics(self, loss, nll_sum, tokens, grad_norm=None):
-        # the float64 totals' operands cast once, not once per tracker
-        nll64, tokens64 = ops.cast(nll_sum, "float64"), ops.cast(tokens, "float64")
+        # the totals' operands cast once (float64: `tflm.metrics.totals_dtype`), not once
+        # per tracker
+        dtype = self.nll_tracker.total_nll.dtype
+        nll64, tokens64 = ops.cast(nll_sum, dtype), ops.cast(tokens, dtype)
         self.loss_tracker.update_from_totals(loss * tokens, tokens64)
         self.nll_tracker.update_from_totals(nll64, tokens64)
         self.perplexity_tracker.update_from_totals(nll64, tokens64)

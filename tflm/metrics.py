@@ -7,6 +7,18 @@ from tflm import backends
 from tflm.losses import token_nll
 
 
+def totals_dtype():
+    """The dtype of a pass's totals: float64, so that a count past 2**24 tokens stays exact,
+    except on JAX without `jax_enable_x64`, which has no float64 (Keras would make float64
+    variables float32 there anyway, with a warning at each). A float32 total's relative
+    rounding is about 1e-7, far below a perplexity's last printed digit."""
+    if keras.backend.backend() == "jax":
+        import jax  # deferred: the JAX backend only
+        if not jax.config.jax_enable_x64:
+            return "float32"
+    return "float64"
+
+
 def _at_least_one(count):
     """max(count, 1) in `count`'s dtype: a pass without tokens divides by one. (Not
     `ops.maximum`: Keras' result type of two float64 operands is float32, so it would round
@@ -28,11 +40,12 @@ class Perplexity(keras.metrics.Metric):
 
     def __init__(self, name="perplexity", **kwargs):
         super().__init__(name=name, **kwargs)
+        dtype = totals_dtype()
         self.total_nll = self.add_variable(shape=(), initializer="zeros", name="total_nll",
-                                           aggregation="sum", dtype="float64")
+                                           aggregation="sum", dtype=dtype)
         self.total_tokens = self.add_variable(shape=(), initializer="zeros",
                                               name="total_tokens", aggregation="sum",
-                                              dtype="float64")
+                                              dtype=dtype)
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         nll = token_nll(y_true, y_pred)
@@ -44,8 +57,8 @@ class Perplexity(keras.metrics.Metric):
     def update_from_totals(self, nll_sum, token_count):
         """Add a precomputed NLL sum and token count (used by the LM train step)."""
         backend = backends.current()
-        backend.assign_add(self.total_nll, ops.cast(nll_sum, "float64"))
-        backend.assign_add(self.total_tokens, ops.cast(token_count, "float64"))
+        backend.assign_add(self.total_nll, ops.cast(nll_sum, self.total_nll.dtype))
+        backend.assign_add(self.total_tokens, ops.cast(token_count, self.total_tokens.dtype))
 
     def result(self):
         mean = self.total_nll / _at_least_one(self.total_tokens)
