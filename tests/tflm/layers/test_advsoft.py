@@ -14,9 +14,6 @@ from tflm.layers import MoSLayer, SoftmaxLayer, TiedEmbedding
 from tflm.layers.advsoft import adversarial_target_shift
 from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
 
-RNG = np.random.default_rng(5)
-
-
 def np_shift(h, e, alpha):
     """Per-position h . delta (thesis eq. 3.23 as the reference computes delta)."""
     n_h = np.sqrt((h ** 2).sum(-1, keepdims=True) + 1e-8)
@@ -46,16 +43,20 @@ def torch_reference_adv_logits(h, weight, bias, targets, alpha):
     return torch.log_softmax(logits, -1).numpy()
 
 
-def _tied_softmax(vocab=12, dim=5, alpha=0.3):
+def _tied_softmax(rng, vocab=12, dim=5, alpha=0.3):
+    """A tied softmax head with AdvSoft, its weights drawn from the test's own `rng` (not
+    Keras' global generator: the same weights whichever tests ran before)."""
     emb = TiedEmbedding(vocab, dim)
     emb.build()
-    emb.output_bias.assign(RNG.normal(size=vocab).astype("float32") * 0.1)
+    emb.embeddings.assign(rng.normal(size=(vocab, dim)).astype("float32") * 0.1)
+    emb.output_bias.assign(rng.normal(size=vocab).astype("float32") * 0.1)
     return emb, SoftmaxLayer(embedding=emb, adversarial_alpha=alpha)
 
 
 def test_shift_formula_and_its_gradient_is_delta():
-    h = RNG.normal(size=(3, 4, 6)).astype("float32")
-    e = RNG.normal(size=(3, 4, 6)).astype("float32")
+    rng = np.random.default_rng(1)
+    h = rng.normal(size=(3, 4, 6)).astype("float32")
+    e = rng.normal(size=(3, 4, 6)).astype("float32")
     shift, delta = np_shift(h.astype(np.float64), e.astype(np.float64), 0.2)
     assert (shift < 0).any() and (shift == 0).any()  # the cos > 0 indicator acts both ways
     hv = tf.Variable(h)
@@ -69,9 +70,10 @@ def test_shift_formula_and_its_gradient_is_delta():
 
 
 def test_softmax_head_equals_the_reference_code_on_distinct_targets():
-    emb, head = _tied_softmax()
-    h = RNG.normal(size=(1, 8, 5)).astype("float32")
-    targets = RNG.permutation(12)[:8].reshape(1, 8)
+    rng = np.random.default_rng(2)
+    emb, head = _tied_softmax(rng)
+    h = rng.normal(size=(1, 8, 5)).astype("float32")
+    targets = rng.permutation(12)[:8].reshape(1, 8)
     ours = np.asarray(head(h, training=True, targets=targets))
     weight, bias = np.asarray(emb.embeddings), np.asarray(emb.output_bias)
     ref = torch_reference_adv_logits(h[0], weight, bias, targets[0], 0.3)
@@ -83,8 +85,9 @@ def test_softmax_head_equals_the_reference_code_on_distinct_targets():
 def test_repeated_targets_get_their_own_delta_not_the_buffers_last():
     """The documented departure: the reference's V x d buffer gives every position with the
     same target the delta written last; ours is per position (eq. 3.23)."""
-    emb, head = _tied_softmax(alpha=0.5)
-    h = RNG.normal(size=(1, 6, 5)).astype("float32")
+    rng = np.random.default_rng(3)
+    emb, head = _tied_softmax(rng, alpha=0.5)
+    h = rng.normal(size=(1, 6, 5)).astype("float32")
     targets = np.array([[3, 3, 3, 4, 4, 7]])
     weight, bias = np.asarray(emb.embeddings, np.float64), np.asarray(emb.output_bias)
     logits = h[0].astype(np.float64) @ weight.T + bias
@@ -97,9 +100,10 @@ def test_repeated_targets_get_their_own_delta_not_the_buffers_last():
 
 
 def test_only_the_target_logit_moves_and_only_in_training():
-    emb, head = _tied_softmax()
-    h = RNG.normal(size=(2, 5, 5)).astype("float32")
-    targets = RNG.integers(0, 12, size=(2, 5))
+    rng = np.random.default_rng(4)
+    emb, head = _tied_softmax(rng)
+    h = rng.normal(size=(2, 5, 5)).astype("float32")
+    targets = rng.integers(0, 12, size=(2, 5))
     targets[1, 2] = -1  # padding: no target
     plain = np.asarray(head(h, training=True)).astype(np.float64)
     adv = np.asarray(head(h, training=True, targets=targets)).astype(np.float64)
@@ -122,11 +126,12 @@ def test_only_the_target_logit_moves_and_only_in_training():
 
 @pytest.mark.parametrize("mixture", ["batched", "sequential"])
 def test_mos_perturbs_every_component_with_its_own_latent(mixture):
+    rng = np.random.default_rng(5)
     emb = TiedEmbedding(10, 4)
     emb.build()
     head = MoSLayer(3, embedding=emb, adversarial_alpha=0.4, mixture=mixture)
-    g = RNG.normal(size=(2, 3, 7)).astype("float32")
-    targets = RNG.integers(0, 10, size=(2, 3))
+    g = rng.normal(size=(2, 3, 7)).astype("float32")
+    targets = rng.integers(0, 10, size=(2, 3))
     ours = np.asarray(head(g, training=True, targets=targets)).astype(np.float64)
     latent = np.tanh(g @ np.asarray(head.latent_kernel) + np.asarray(head.latent_bias))
     latent = latent.reshape(2, 3, 3, 4).astype(np.float64)
@@ -143,6 +148,7 @@ def test_mos_perturbs_every_component_with_its_own_latent(mixture):
 
 
 def test_model_passes_targets_in_training_and_evaluation_is_unchanged():
+    rng = np.random.default_rng(6)
     kw = dict(embed_dim=6, hidden_dim=8, num_layers=2, dropout=0, dropout_h=0, dropout_i=0,
               dropout_e=0, weight_dropout=0, alpha=0, beta=0, seed=2)
     plain = AWDLSTM(30, **kw)
@@ -151,8 +157,8 @@ def test_model_passes_targets_in_training_and_evaluation_is_unchanged():
     adv.build()
     adv.set_weights(plain.get_weights())
     assert adv.uses_targets and not plain.uses_targets
-    x = RNG.integers(0, 30, size=(4, 7)).astype("int32")
-    y = RNG.integers(0, 30, size=(4, 7)).astype("int32")
+    x = rng.integers(0, 30, size=(4, 7)).astype("int32")
+    y = rng.integers(0, 30, size=(4, 7)).astype("int32")
     for m in (plain, adv):
         m.compile(optimizer=keras.optimizers.SGD(0.0))
     ev = [m.evaluate(x, y, batch_size=4, verbose=0, return_dict=True) for m in (plain, adv)]
@@ -198,15 +204,16 @@ print("RESULT " + json.dumps(out))
 # on JAX" (the sampled and PDR heads' JAX variants are slow).
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_regularizers_train_and_reload_on_other_backends(backend):
+    rng = np.random.default_rng(7)
     import json
-    emb, head = _tied_softmax(alpha=0.3)
+    emb, head = _tied_softmax(rng, alpha=0.3)
     weight = np.asarray(emb.embeddings)
     emb2 = TiedEmbedding(12, 5)
     emb2.build()
     emb2.embeddings.assign(weight)
     ref_head = SoftmaxLayer(embedding=emb2, adversarial_alpha=0.3)
-    h = RNG.normal(size=(2, 4, 5)).astype("float32")
-    t = RNG.integers(0, 12, size=(2, 4))
+    h = rng.normal(size=(2, 4, 5)).astype("float32")
+    t = rng.integers(0, 12, size=(2, 4))
     expected = np.asarray(ref_head(h, training=True, targets=t))
     code = (BACKEND_SNIPPET.replace("__WEIGHT__", repr(weight.tolist()))
             .replace("__H__", repr(h.tolist())).replace("__T__", repr(t.tolist())))
