@@ -1,5 +1,5 @@
 """`LanguageModel` on the JAX backend: `model.fit` with carried state, and a train step equal
-to TensorFlow's."""
+to TensorFlow's (PyTorch's too: both pick the targets' log-probabilities in training)."""
 
 import importlib.util
 
@@ -66,17 +66,19 @@ def test_jax_fit_carries_state_evaluates_predicts_and_saves(tmp_path):
     assert same == "True"
 
 
-@pytest.mark.skipif("jax" not in KERAS_BACKENDS or "tensorflow" not in KERAS_BACKENDS,
-                    reason="needs jax and tensorflow")
+@pytest.mark.parametrize("backend", ["jax", "torch"])
 @pytest.mark.parametrize("head", ["mos", pytest.param("softmax", marks=pytest.mark.slow),
                                   pytest.param("moc", marks=pytest.mark.slow)])
-def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling(tmp_path,
-                                                                                 head):
-    """The JAX step applies the same update as the TensorFlow step: a window shorter than
-    bptt (T/bptt scaling), clipping active, L2 decay, AR/TAR, two steps (state carried).
-    With each head JAX's step computes the targets' log-probabilities alone
-    (`tflm.backends.jax_target_log_probs`: the softmax's and MoC's;
-    `jax_mixture_target_log_probs`: MoS'), TensorFlow's the full distribution."""
+def test_picking_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling(
+        tmp_path, backend, head):
+    """The JAX and PyTorch steps apply the same update as the TensorFlow step: a window
+    shorter than bptt (T/bptt scaling), clipping active, L2 decay, AR/TAR, two steps (state
+    carried). With each head their steps compute the targets' log-probabilities alone
+    (JAX: `tflm.backends.jax_target_log_probs`, the softmax's and MoC's,
+    `jax_mixture_target_log_probs`, MoS'; PyTorch: `Backend.target_log_probs` and
+    `mixture_target_log_probs`), TensorFlow's the full distribution."""
+    if backend not in KERAS_BACKENDS or "tensorflow" not in KERAS_BACKENDS:
+        pytest.skip(f"needs {backend} and tensorflow")
     code = """
         import numpy as np, keras
         from zoo.models.awd_lstm.awd_lstm_lm import AWDLSTM
@@ -86,7 +88,7 @@ def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling
                     dropout_i=0, dropout_e=0, weight_dropout=0, bptt=8, clip_norm=0.05,
                     weight_decay=0.01, head=HEAD)
         m.build()
-        assert m.picks_targets_in_training == (keras.backend.backend() == "jax")
+        assert m.picks_targets_in_training == (keras.backend.backend() in ("jax", "torch"))
         w = np.load("%s/w.npz")
         m.set_weights([w[f"a{i}"] for i in range(len(w.files))])
         m.compile(optimizer=SGD(3.0))
@@ -107,11 +109,11 @@ def test_jax_train_step_equals_tensorflow_with_clipping_decay_and_window_scaling
         np.savez("{tmp_path}/w.npz", **{{f"a{{i}}": v for i, v in enumerate(m.get_weights())}})
     """)
     tf_out = run_in_backend("tensorflow", code).split()[-3:]
-    jax_out = run_in_backend("jax", code).split()[-3:]
-    np.testing.assert_allclose([float(v) for v in jax_out], [float(v) for v in tf_out],
+    out = run_in_backend(backend, code).split()[-3:]
+    np.testing.assert_allclose([float(v) for v in out], [float(v) for v in tf_out],
                                rtol=1e-5)
     assert float(tf_out[2]) > 0.05  # the clip was active
     a = np.load(tmp_path / "out_tensorflow.npz")
-    b = np.load(tmp_path / "out_jax.npz")
+    b = np.load(tmp_path / f"out_{backend}.npz")
     for key in a.files:
         np.testing.assert_allclose(b[key], a[key], atol=1e-6, err_msg=key)
