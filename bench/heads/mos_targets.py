@@ -3,8 +3,10 @@ at the targets, on JAX or Keras on PyTorch.
 
 `targets` is what a train step of an MoS model computes (`Backend.
 mixture_target_log_probs`): on JAX chunk by chunk, no (B, T, K, V) tensor formed or kept
-(`tflm.backends.jax_mixture_target_log_probs`); on PyTorch each component's logits once
-and their log-sum-exp, no log-mixture. `batched` is what both computed before and what
+(`tflm.backends.jax_mixture_target_log_probs`); on PyTorch, at this size, each
+component's logits once and their log-sum-exp, no log-mixture, and `chunked` (PyTorch
+only) is what it computes past `torch_mixture_target_log_probs.WHOLE_WINDOW_ELEMENTS`:
+chunks under checkpointing. `batched` is what both computed before and what
 TensorFlow computes (`tflm.layers.mos.mixture_log_probs`, the (B, T, V) log-probabilities,
 then the targets'). Each is the training loss -mean log P(y) and its gradient with respect
 to the components h `(B, T, K, L)`, the log prior and the tied output layer's W and b (JAX:
@@ -51,6 +53,7 @@ def torch_child(mode, batch, repeats, device):
     import torch
 
     from tflm import backends
+    from tflm.backends import torch_mixture_target_log_probs
     from tflm.layers.mos import mixture_log_probs
 
     on = torch.device("cuda" if device == "gpu" else "cpu")
@@ -63,6 +66,9 @@ def torch_child(mode, batch, repeats, device):
         h, log_prior, weight, bias = leaves
         if mode == "targets":
             picked = backends.current().mixture_target_log_probs(h, log_prior, weight, bias, y)
+        elif mode == "chunked":
+            picked = torch_mixture_target_log_probs.mixture_target_log_probs(
+                h, log_prior, weight, bias, y)
         else:
             full = mixture_log_probs(h @ weight.T + bias, log_prior)
             picked = torch.gather(full, -1, y[..., None])[..., 0]
@@ -151,8 +157,9 @@ def main(argv=None):
                                                         os.environ.get("PYTHONPATH")])))
     if args.device == "cpu":
         env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+    modes = MODES + (("chunked",) if args.backend == "torch" else ())
     rows = {}
-    for mode in MODES:
+    for mode in modes:
         out = subprocess.run(module_command(__spec__.name, "--child", mode, "--backend",
                                             args.backend, "--batch", args.batch,
                                             "--repeats", args.repeats, "--device",
@@ -165,9 +172,8 @@ def main(argv=None):
     tensor_mib = args.batch * T * K * V * 4 / 2**20
     base = rows["batched"]
     load = os.getloadavg()
-    agree = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(
-        [rows["targets"]["loss"], *rows["targets"]["grad_norms"]],
-        [base["loss"], *base["grad_norms"]]))
+    agree = max(abs(a - b) / max(abs(b), 1e-12) for mode in modes[1:] for a, b in zip(
+        [rows[mode]["loss"], *rows[mode]["grad_norms"]], [base["loss"], *base["grad_norms"]]))
     how = {"jax": ("JAX", "chunk by chunk", "jit-compiled"),
            "torch": ("Keras on PyTorch", "each component's logits once", "eager autograd")}
     name, targets, run = how[args.backend]
@@ -182,7 +188,7 @@ def main(argv=None):
              f"loss and the gradients' norms agree to {agree:.1e} (relative).", "",
              "| mode | seconds (median) | first step s | peak MiB | peak / tensor | time "
              "ratio | memory ratio |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for mode in MODES:
+    for mode in modes:
         r = rows[mode]
         lines.append(f"| {mode} | {r['seconds']:.3f} | {r['first_seconds']:.2f} | "
                      f"{r['peak_mib']:,.0f} | {r['peak_mib'] / tensor_mib:.2f} | "

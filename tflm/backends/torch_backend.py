@@ -4,7 +4,8 @@ import keras
 import torch
 
 from tflm import compat
-from tflm.backends import torch_host_copies, torch_layer_calls, torch_linear, torch_lstm
+from tflm.backends import (torch_host_copies, torch_layer_calls, torch_linear, torch_lstm,
+                           torch_mixture_target_log_probs)
 from tflm.backends.base import Backend, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
 
@@ -42,6 +43,19 @@ class TorchBackend(Backend):
         pick is the same work as its full log-probabilities (`awd_lstm_ptb` at 200 / 400 x
         3: 215 against 218 ms, 80 steps each)."""
         return True
+
+    def mixture_target_log_probs(self, h, log_prior, weight, bias, targets, mask=None):
+        """The whole window at once (`Backend.mixture_target_log_probs`) up to
+        `torch_mixture_target_log_probs.WHOLE_WINDOW_ELEMENTS`; past it chunk by chunk
+        under PyTorch's checkpointing (`tflm.backends.torch_mixture_target_log_probs`: one
+        chunk's `(rows, K, V)` logits at a time, a GEMM more)."""
+        tensor = keras.ops.convert_to_tensor
+        h, weight = tensor(h), tensor(weight)
+        if not torch_mixture_target_log_probs.runs_in_chunks(h, weight):
+            return super().mixture_target_log_probs(h, log_prior, weight, bias, targets, mask)
+        return torch_mixture_target_log_probs.mixture_target_log_probs(
+            h, tensor(log_prior), weight, None if bias is None else tensor(bias),
+            tensor(targets))
 
     def window_log_probs(self, model, tokens, states):
         """`forward_with_state` in evaluation mode without autograd's bookkeeping."""
