@@ -48,6 +48,11 @@ or runs out of time is reported as such and the next one starts. By default
    device-padding fix, against the `curves` stage's float32 run): the mixed-precision
    target's speed and perplexities side by side in one session, each against the float32
    run.
+9. `mos-head-torch`: `bench.heads.mos_targets --backend torch` on the GPU: an MoS head's
+   training objective on Keras on PyTorch, the whole-window pick (what its train step runs
+   at the preset's size) and the checkpointed chunks (past 1 GiB of logits,
+   `tflm.backends.torch_mixture_target_log_probs`) against the batched mixture: time and
+   the allocator's peak.
 
 Also known, by name with `--stages`: `mogrifier-torch` and `mogrifier-torch-base` (the
 Mogrifier preset's step on Keras on PyTorch from this tree and from the base tree: the A/B
@@ -164,6 +169,11 @@ def stages(work, carried, small):
             py, "-m", "bench.heads.mos_targets", "--device", device, "--no-publish",
             "--repeats", "1" if small else "5", *(["--batch", "1"] if small else []),
             "--json", str(work / "mos-head" / "mos_targets.json")], REPO),
+        "mos-head-torch": (90, {}, [
+            py, "-m", "bench.heads.mos_targets", "--backend", "torch", "--device", device,
+            "--no-publish", "--repeats", "1" if small else "5",
+            *(["--batch", "1"] if small else []),
+            "--json", str(work / "mos-head-torch" / "mos_targets_torch.json")], REPO),
         "spe": (200, jax, [
             py, "-m", "bench.training.steps_per_execution", "--sizes",
             *(["tiny"] if small else ["preset", "mos"]), "--k", "8", "--windows",
@@ -187,9 +197,11 @@ def stages(work, carried, small):
 # `curves` and the `pad-*` stages ran in the sessions of 2026-11-28 (results/gpu_session.md).
 # Then, where time is left, the precisions in zoo.train (2 epochs each, seed 141):
 # mixed_float16 (loss scaling; cuDNN's LSTM in float16) never measured on a GPU, float32
-# beside it, then mixed_bfloat16, not measured since the device-padding fix.
+# beside it, then mixed_bfloat16, not measured since the device-padding fix. Last, an MoS
+# head's training objective on Keras on PyTorch (`mos-head-torch`: the whole-window pick
+# and the checkpointed chunks against the batched mixture).
 DEFAULT_STAGES = ("info", "spe", "mos-head", "mos-profile", "torch", "torch-base", "mos",
-                  "torch-train", "f16", "f32", "bf16")
+                  "torch-train", "f16", "f32", "bf16", "mos-head-torch")
 
 
 INFO = """
@@ -411,6 +423,17 @@ def report(folder):
                      f"{picked['seconds'] * 1e3:.1f} / {batched['seconds'] * 1e3:.1f} ms a "
                      f"step = {batched['seconds'] / picked['seconds']:.2f}x; peak "
                      f"{picked['peak_mib']:,.0f} / {batched['peak_mib']:,.0f} MiB", None))
+    head = _json(folder / "mos-head-torch" / "mos_targets_torch.json")
+    if head:
+        batched = head["batched"]
+        rows.append(("MoS head on Keras on PyTorch, training: the targets alone, the whole "
+                     "window / in checkpointed chunks, against the batched mixture "
+                     "(`bench.heads.mos_targets --backend torch`)",
+                     "; ".join(f"{mode} {head[mode]['seconds'] * 1e3:.1f} / "
+                               f"{batched['seconds'] * 1e3:.1f} ms a step = "
+                               f"{batched['seconds'] / head[mode]['seconds']:.2f}x, peak "
+                               f"{head[mode]['peak_mib']:,.0f} / {batched['peak_mib']:,.0f} MiB"
+                               for mode in ("targets", "chunked") if mode in head), None))
     pads = {n: _json(folder / f"pad-{n}" / "step_profile.json") for n in (72, 88)}
     if all(pads.values()):
         (short,), (long,) = (pads[n]["rows"] for n in (72, 88))

@@ -109,6 +109,17 @@ def test_the_mos_head_stage_reads_both_modes(tmp_path):
     assert row.endswith("| 5.0 / 12.5 ms a step = 2.50x; peak 512 / 2,048 MiB | - |")
 
 
+def test_the_torch_mos_head_stage_reads_the_whole_window_and_the_chunks(tmp_path):
+    _write(tmp_path / "mos-head-torch" / "mos_targets_torch.json",
+           {"batched": {"seconds": 0.02, "peak_mib": 2000.0},
+            "targets": {"seconds": 0.01, "peak_mib": 1900.0},
+            "chunked": {"seconds": 0.025, "peak_mib": 400.0}})
+    (row,) = [line for line in gpu_session.report(tmp_path).splitlines()
+              if line.startswith("| MoS head on Keras on PyTorch")]
+    assert row.endswith("| targets 10.0 / 20.0 ms a step = 2.00x, peak 1,900 / 2,000 MiB; "
+                        "chunked 25.0 / 20.0 ms a step = 0.80x, peak 400 / 2,000 MiB | - |")
+
+
 def test_a_stage_that_did_not_run_leaves_its_targets_out(tmp_path):
     assert gpu_session.report(tmp_path).splitlines()[2:] == []
 
@@ -205,7 +216,7 @@ def test_the_default_stages_leave_the_a_b_out_without_a_base_tree(tmp_path, monk
             str(tmp_path / "work")]
     assert gpu_session.main(argv) == 0
     assert ran == ["info", "spe", "mos-head", "mos-profile", "torch", "mos", "torch-train",
-                   "f16", "f32", "bf16"]
+                   "f16", "f32", "bf16", "mos-head-torch"]
     _write(carried / "tree-base" / "zoo" / "train.py", "x")
     ran.clear()
     assert gpu_session.main(argv + ["--stages", "torch", "torch-base"]) == 0
