@@ -295,10 +295,10 @@ class LanguageModel(TokenWindowBuild, keras.Model):
         # the totals' operands cast once (float64: `tflm.metrics.totals_dtype`), not once
         # per tracker
         dtype = self.nll_tracker.total_nll.dtype
-        nll64, tokens64 = ops.cast(nll_sum, dtype), ops.cast(tokens, dtype)
-        self.loss_tracker.update_from_totals(loss * tokens, tokens64)
-        self.nll_tracker.update_from_totals(nll64, tokens64)
-        self.perplexity_tracker.update_from_totals(nll64, tokens64)
+        nll_cast, tokens_cast = ops.cast(nll_sum, dtype), ops.cast(tokens, dtype)
+        self.loss_tracker.update_from_totals(loss * tokens, tokens_cast)
+        self.nll_tracker.update_from_totals(nll_cast, tokens_cast)
+        self.perplexity_tracker.update_from_totals(nll_cast, tokens_cast)
         logs = {"loss": self.loss_tracker.result(), "nll": self.nll_tracker.result(),
                 "perplexity": self.perplexity_tracker.result()}
         if grad_norm is not None:

@@ -35,13 +35,11 @@ class TorchBackend(Backend):
 
     def picks_targets_in_training(self):
         """True: the mixture of softmaxes (MoS) trains on its targets' log-probabilities
-        (`Backend.mixture_target_log_probs`: each component's logits once, no `(batch,
-        time, K, V)` log-mixture for autograd to keep). The `awd_lstm_mos_ptb` preset's
-        step on the CPU, at its own size, in one process with the two paths alternated
-        every 3 steps (18 steps each): median 3,970 ms against 5,278 ms for the batched
-        mixture; peak memory during 3 steps 3,570 against 3,685 MiB (RSS). The softmax's
-        pick is the same work as its full log-probabilities (`awd_lstm_ptb` at 200 / 400 x
-        3: 215 against 218 ms, 80 steps each)."""
+        (`mixture_target_log_probs`: no `(batch, time, K, V)` log-mixture for autograd to
+        keep). The `awd_lstm_mos_ptb` preset's step on a 2-core CPU at its own size:
+        2,620 / 2,512 ms against 3,364 / 3,031 ms with the batched mixture, two interleaved
+        pairs (`bench/heads/results/mos_targets_torch.md`). A softmax's pick is the same
+        work as its full log-probabilities (a log_softmax and a gather either way)."""
         return True
 
     def mixture_target_log_probs(self, h, log_prior, weight, bias, targets, mask=None):

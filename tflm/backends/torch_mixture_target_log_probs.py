@@ -19,10 +19,11 @@ test would read the device from the host): the recompute is the expression the
 whole-window pick differentiates. Padded positions are computed like the others (the
 train step weights them 0).
 
-The recompute costs time: at the MoS PTB preset's size (one `(batch, time, K, V)` tensor
-481 MB) the preset's training step took 5.30 s against 3.97 s for the whole-window pick
-on a 2-core CPU, with 0.5 against 2.5 GB more memory than before the step. So
-`TorchBackend.mixture_target_log_probs` runs chunks only past `WHOLE_WINDOW_ELEMENTS`.
+The recompute costs time: at the MoS PTB preset's head size (one `(batch, time, K, V)`
+tensor 481 MB) the loss and its gradient took 3.78 s in chunks against 2.40 s for the
+whole window on a 2-core CPU, with 513 against 2,467 MiB of memory
+(`bench/heads/results/mos_targets_torch.md`). So `TorchBackend.mixture_target_log_probs`
+runs chunks only past `WHOLE_WINDOW_ELEMENTS`.
 """
 
 import torch

@@ -16,6 +16,7 @@ from tests.tflm.backends.test_torch_seeds import run_counted
 
 CHECK = r"""
 import json
+import warnings
 import keras
 import numpy as np
 from keras import ops
@@ -53,7 +54,6 @@ backends.current().assign_add(variable, ops.convert_to_tensor(np.float32(0.5)))
 fallbacks = ops.convert_to_numpy(variable).tolist()
 
 # a count above 2**24 tokens: the mean NLL of float64 totals, not of a float32 count
-import warnings
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     nll, ppl = TokenMeanNLL(), Perplexity()
