@@ -19,6 +19,15 @@ def logsumexp(x, axis):
     top = x.max(axis, keepdims=True)
     return (top + np.log(np.exp(x - top).sum(axis, keepdims=True))).squeeze(axis)
 
+def mixture_inputs(rng, B, T, K, V, d, with_bias):
+    '''h (B, T, K, d), log pi (B, T, K), W (V, d), b (V,) or None and targets y (B, T),
+    float64 / int, drawn from `rng` in that order.'''
+    h = rng.normal(size=(B, T, K, d))
+    prior = rng.normal(size=(B, T, K))
+    W = rng.normal(size=(V, d))
+    b = rng.normal(size=V) if with_bias else None
+    return h, prior - logsumexp(prior, -1)[..., None], W, b, rng.integers(0, V, (B, T))
+
 def reference(h, log_prior, W, b, y, g):
     '''log P(y) = logsumexp_k(log pi_k + log_softmax(h_k W^T + b)_y) and its gradients for
     the cotangent g: d h, d log pi, d W, d b.'''
@@ -45,12 +54,7 @@ rng = np.random.default_rng(5)
 K, V, d = 3, 23, 5
 result = {}
 for name, (B, T, lengths, with_bias) in WINDOWS.items():
-    h = rng.normal(size=(B, T, K, d))
-    prior = rng.normal(size=(B, T, K))
-    log_prior = prior - logsumexp(prior, -1)[..., None]
-    W = rng.normal(size=(V, d))
-    b = rng.normal(size=V) if with_bias else None
-    y = rng.integers(0, V, (B, T))
+    h, log_prior, W, b, y = mixture_inputs(rng, B, T, K, V, d, with_bias)
     mask = padding_mask(B, T, lengths)
     real = np.ones((B, T), bool) if mask is None else mask
     args = [jnp.asarray(a, jnp.float32) for a in (h, log_prior, W)] + [

@@ -22,12 +22,7 @@ rng = np.random.default_rng(3)
 K, V, d = 3, 23, 5
 result = {}
 for name, (B, T, with_bias) in {"bias": (3, 7, True), "no bias": (2, 5, False)}.items():
-    h = rng.normal(size=(B, T, K, d))
-    prior = rng.normal(size=(B, T, K))
-    log_prior = prior - logsumexp(prior, -1)[..., None]
-    W = rng.normal(size=(V, d))
-    b = rng.normal(size=V) if with_bias else None
-    y = rng.integers(0, V, (B, T))
+    h, log_prior, W, b, y = mixture_inputs(rng, B, T, K, V, d, with_bias)
     g = rng.normal(size=(B, T))
     leaves = [None if a is None else torch.tensor(a, dtype=torch.float32, requires_grad=True)
               for a in (h, log_prior, W, b)]
