@@ -259,13 +259,29 @@ def test_missing_backend_is_reported_as_skipped(tmp_path, monkeypatch):
     real = cf.backend_available
     monkeypatch.setattr(cf, "backend_available", lambda name: (
         (False, "Python package 'jax' is not installed") if name == "jax" else real(name)))
-    results = cf.run(["--preset", str(_tiny_preset(tmp_path)), "--backends", "jax",
+    results = cf.run(["--preset", str(_tiny_preset(tmp_path)), "--backends", "jax,torch",
                       "--steps", "2", "--out", str(tmp_path / "out")])
-    (row,) = results["backends"]
-    assert row == {"backend": "jax", "status": "skipped",
-                   "reason": "Python package 'jax' is not installed"}
+    skipped, ran = results["backends"]
+    assert skipped == {"backend": "jax", "status": "skipped",
+                       "reason": "Python package 'jax' is not installed"}
+    assert ran["backend"] == "torch" and ran["status"] == "ok"
     assert "skipped: Python package 'jax' is not installed" in (
         tmp_path / "out" / "results.md").read_text()
+
+
+def test_no_requested_backend_installed_is_a_user_error_before_any_work(tmp_path, monkeypatch,
+                                                                       capsys):
+    """Nothing is prepared (no worker, no initial weights) when no requested backend can
+    run: the one-line error names each one's reason and what to do."""
+    monkeypatch.setattr(cf, "backend_available", lambda name: (
+        False, f"Python package {name!r} is not installed"))
+    monkeypatch.setattr(cf, "run_worker", lambda *a, **k: pytest.fail("a worker started"))
+    assert cf.main(["--preset", str(_tiny_preset(tmp_path)), "--backends", "jax,torch",
+                    "--steps", "2", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "none of --backends can run here" in err
+    assert "jax: Python package 'jax' is not installed" in err
+    assert "torch: Python package 'torch' is not installed" in err
 
 
 @pytest.mark.slow

@@ -66,7 +66,8 @@ Writes DIR/results.json and DIR/results.md and prints the table. Method:
 
 A backend whose package is not installed, or that cannot run the preset (GPU requested and
 none visible; a head the native peer does not implement), is reported as skipped with the
-reason. Importable: `run(argv)` returns the results dict; `tools.frameworks.report` has
+reason; when no requested backend's package is installed, the command stops with a one-line
+error before it prepares anything. Importable: `run(argv)` returns the results dict; `tools.frameworks.report` has
 `format_table`, `markdown`, `plot_curves`, `flops_per_token`.
 """
 
@@ -214,6 +215,11 @@ def run(argv=None):
         "data_path": str(out / "data.npz"),
         "weights_path": str(out / "init_weights.npz"), "save_weights": args.save_weights,
     }
+    available = {name: backend_available(name) for name in names}
+    if not any(ok for ok, _ in available.values()):
+        raise UserError("none of --backends can run here (" + "; ".join(
+            f"{name}: {reason}" for name, (_, reason) in available.items())
+            + "); install one of them, or name one that is installed.")
     init_backend = pick_init_backend()
     if init_backend is None:
         raise UserError("no Keras backend (tensorflow, jax or torch) is installed; the "
@@ -225,7 +231,7 @@ def run(argv=None):
                         f"{init_backend}: {init.get('reason')} (log: {out / 'logs'})")
 
     def one(name):
-        ok, reason = backend_available(name)
+        ok, reason = available[name]
         if not ok:
             return {"backend": name, "status": "skipped", "reason": reason}
         spec = dict(common, phase="run", backend=name,
