@@ -53,6 +53,9 @@ or runs out of time is reported as such and the next one starts. By default
    at the preset's size) and the checkpointed chunks (past 1 GiB of logits,
    `tflm.backends.torch_mixture_target_log_probs`) against the batched mixture: time and
    the allocator's peak.
+10. `mos-profile-torch`: `bench.training.step_profile` for `awd_lstm_mos_ptb` on Keras on
+   PyTorch (its step picks the targets since 2026-12-07): where the step's time goes, beside
+   the `mos-profile` stage's JAX and zihangdai/mos rows.
 
 Also known, by name with `--stages`: `mogrifier-torch` and `mogrifier-torch-base` (the
 Mogrifier preset's step on Keras on PyTorch from this tree and from the base tree: the A/B
@@ -131,6 +134,9 @@ def stages(work, carried, small):
         "mos-profile": (150, jax, [
             *profile, "--preset", "awd_lstm_mos_ptb", "--backends", "jax", "--reference",
             str(mos), "--out", str(work / "mos-profile"), *tiny, *mos_tiny], REPO),
+        "mos-profile-torch": (120, {}, [
+            *profile, "--preset", "awd_lstm_mos_ptb", "--backends", "torch",
+            "--out", str(work / "mos-profile-torch"), *tiny, *mos_tiny], REPO),
         "torch": (120, {}, [
             *profile, "--preset", "awd_lstm_ptb", "--backends", "torch", "--reference",
             str(salesforce), "--out", str(work / "torch"), *tiny], REPO),
@@ -199,9 +205,10 @@ def stages(work, carried, small):
 # mixed_float16 (loss scaling; cuDNN's LSTM in float16) never measured on a GPU, float32
 # beside it, then mixed_bfloat16, not measured since the device-padding fix. Last, an MoS
 # head's training objective on Keras on PyTorch (`mos-head-torch`: the whole-window pick
-# and the checkpointed chunks against the batched mixture).
+# and the checkpointed chunks against the batched mixture), then its whole step
+# (`mos-profile-torch`).
 DEFAULT_STAGES = ("info", "spe", "mos-head", "mos-profile", "torch", "torch-base", "mos",
-                  "torch-train", "f16", "f32", "bf16", "mos-head-torch")
+                  "torch-train", "f16", "f32", "bf16", "mos-head-torch", "mos-profile-torch")
 
 
 INFO = """
@@ -447,6 +454,7 @@ def report(folder):
     lines = ["| target | figure | verdict |", "| --- | --- | --- |"]
     lines += [f"| {a} | {b} | {_verdict(c)} |" for a, b, c in rows]
     for stage, what in (("profile", "the AWD-LSTM preset"), ("mos-profile", "the MoS preset"),
+                        ("mos-profile-torch", "the MoS preset, Keras on PyTorch"),
                         ("torch", "the AWD-LSTM preset, Keras on PyTorch"),
                         ("torch-base", "the AWD-LSTM preset, Keras on PyTorch, base tree")):
         profile = _json(folder / stage / "step_profile.json")

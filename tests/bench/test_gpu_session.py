@@ -216,7 +216,7 @@ def test_the_default_stages_leave_the_a_b_out_without_a_base_tree(tmp_path, monk
             str(tmp_path / "work")]
     assert gpu_session.main(argv) == 0
     assert ran == ["info", "spe", "mos-head", "mos-profile", "torch", "mos", "torch-train",
-                   "f16", "f32", "bf16", "mos-head-torch"]
+                   "f16", "f32", "bf16", "mos-head-torch", "mos-profile-torch"]
     _write(carried / "tree-base" / "zoo" / "train.py", "x")
     ran.clear()
     assert gpu_session.main(argv + ["--stages", "torch", "torch-base"]) == 0
