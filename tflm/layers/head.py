@@ -260,6 +260,14 @@ class LogProbHead(keras.layers.Layer):
         plain_tie = not self.tied or type(self.embedding) is TiedEmbedding
         return plain_tie and not self.adversarial_alpha and self.output_rank is None
 
+    def _ready_to_pick(self, x, needs):
+        """Refuse `target_log_probs` where `picks_targets` is false (the error names what
+        it `needs`), and build the layer from its input `x` where it is not built."""
+        if not self.picks_targets:
+            raise ValueError(f"{self.name}: target_log_probs needs {needs}.")
+        if not self.built:
+            self.build(tuple(x.shape))
+
     def plain_projection(self):
         """`(weight (V, d), bias (V,) or None)` as tensors, the layout
         `Backend.target_log_probs` reads: the tied embedding and its output bias, or the

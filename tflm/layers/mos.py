@@ -235,11 +235,8 @@ class MoSLayer(_MixtureBase):
         alone, float32 `(batch, time)`, the latent dropped as in training
         (`Backend.mixture_target_log_probs`: on JAX chunk by chunk, without the `(batch,
         time, K, V)` tensor; `mask`: the real positions, or None). Needs `picks_targets`."""
-        if not self.picks_targets:
-            raise ValueError(f"{self.name}: target_log_probs needs the batched mixture over "
-                             "a plain projection (no AdvSoft or factorization).")
-        if not self.built:
-            self.build(tuple(g.shape))
+        self._ready_to_pick(g, "the batched mixture over a plain projection (no AdvSoft "
+                               "or factorization)")
         g = ops.cast(g, self.compute_dtype)
         h = self.latent(g, training=True)                                  # (B, T, K, L)
         log_prior = ops.log_softmax(self.prior_logits(g), axis=-1)        # (B, T, K)
@@ -302,11 +299,7 @@ class MoCLayer(_MixtureBase):
         alone, float32 `(batch, time)`, the latent dropped as in training: the softmax's
         (`Backend.target_log_probs`, on JAX chunk by chunk) over the mixed contexts.
         Needs `picks_targets`."""
-        if not self.picks_targets:
-            raise ValueError(f"{self.name}: target_log_probs needs a plain projection (no "
-                             "factorization).")
-        if not self.built:
-            self.build(tuple(g.shape))
+        self._ready_to_pick(g, "a plain projection (no factorization)")
         weight, bias = self.plain_projection()
         return backends.current().target_log_probs(
             self._mixed_contexts(ops.cast(g, self.compute_dtype), training=True), weight,

@@ -60,11 +60,8 @@ class SoftmaxLayer(LogProbHead):
         """log P(y | c) of the `(batch, time)` int `targets` alone, float32 `(batch, time)`
         (`Backend.target_log_probs`; `mask`: the real positions, or None). Needs
         `picks_targets`."""
-        if not self.picks_targets:
-            raise ValueError(f"{self.name}: target_log_probs needs the plain softmax over a "
-                             "plain projection (no AdvSoft, sampling or factorization).")
-        if not self.built:
-            self.build(tuple(h.shape))
+        self._ready_to_pick(h, "the plain softmax over a plain projection (no AdvSoft, "
+                               "sampling or factorization)")
         weight, bias = self.plain_projection()
         return backends.current().target_log_probs(h, weight, bias, targets, mask)
 
