@@ -10,6 +10,7 @@ zoo, tools and bench uses public APIs only (PyTorch's included: `torch.lstm` is 
 here too.
 """
 
+import contextlib
 import sys
 
 from keras.src import backend as keras_backend
@@ -199,6 +200,31 @@ class WholeUpdateStep:
         if self.update_variables(grads, trainable_variables, learning_rate):
             return None
         return super()._backend_update_step(grads, trainable_variables, learning_rate)
+
+
+def torch_assert_async(condition, message):
+    """Fail when the boolean 0-d tensor `condition` is false, without the host waiting for
+    the device (a device-side assertion on a GPU); traceable by `torch.compile`."""
+    # torch._assert_async: no public PyTorch op asserts without a host read.
+    import torch  # deferred: PyTorch is optional; its backend alone calls this
+    torch._assert_async(condition, message)
+
+
+@contextlib.contextmanager
+def torch_autograd_inside_operator():
+    """Within: autograd records again inside a custom operator's implementation
+    (`torch.library.custom_op`), which PyTorch runs with autograd's dispatch keys
+    excluded, so that the operator can differentiate what it runs."""
+    # torch._C's thread-local dispatch key sets and _ForceDispatchKeyGuard: the dispatcher
+    # excludes the autograd keys below an operator's autograd kernel
+    # (_AutoDispatchBelowAutograd); nothing public lifts that exclusion.
+    import torch  # deferred: PyTorch is optional; its backend alone calls this
+    keys = torch._C.DispatchKey
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    for key in (keys.AutogradFunctionality, keys.AutogradOther, keys.AutogradNestedTensor):
+        excluded = excluded - torch._C.DispatchKeySet(key)
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
+        yield
 
 
 def torch_foreach_norm(tensors):

@@ -13,6 +13,9 @@ matrix and `bias` through the transposes, so DropConnect's mask still applies to
 Without autograd (evaluation, export) the transposed copies of a weight are kept until the
 weight is written again (`TransposeCache`): at batch 1 copying the two matrices was a large
 part of a window's time, and evaluation reads the same weights for every window.
+
+Traced by `torch.compile` (`jit_compile=True`) the kernel is called as the operator
+`tflm::lstm` (`tflm.backends.torch_lstm_op`), which the graph keeps whole.
 """
 
 import weakref
@@ -20,6 +23,7 @@ import weakref
 import torch
 
 from tflm import compat
+from tflm.backends import torch_lstm_op
 
 
 class TransposeCache:
@@ -85,12 +89,17 @@ def fused_lstm(inputs, initial_h, initial_c, kernel, recurrent_kernel, bias,
     zero_bias = _zeros(four_n, dtype, inputs.device)
     if bias is None:
         bias = zero_bias
-    if torch.is_grad_enabled():  # the gradient must flow through the transposes
+    # the gradient must flow through the transposes; a traced graph makes its own
+    if torch.is_grad_enabled() or torch.compiler.is_compiling():
         w_ih, w_hh = kernel.T.contiguous(), recurrent_kernel.T.contiguous()
     else:
         w_ih = _INFERENCE_TRANSPOSES.transposed(kernel)
         w_hh = _INFERENCE_TRANSPOSES.transposed(recurrent_kernel)
     params = [w_ih, w_hh, bias.to(dtype), zero_bias]
+    if torch.compiler.is_compiling():  # the kernel whole in the graph, not unrolled
+        outputs, h, c = torch_lstm_op.lstm(inputs, initial_h.to(dtype),
+                                           initial_c.to(dtype), *params)
+        return outputs[:, -1], (outputs if return_sequences else outputs[:, -1:]), [h, c]
     outputs, h, c = torch.lstm(
         inputs, (initial_h.to(dtype)[None], initial_c.to(dtype)[None]), params,
         True,                      # has_biases
