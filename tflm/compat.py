@@ -121,6 +121,13 @@ def keras_variable_storage(variable):
     return getattr(variable, "_value", None)
 
 
+def keras_clear_losses(layer):
+    """Drop the losses `layer` and the layers inside it added in their last call
+    (`add_loss`), as Keras' outermost `Layer.__call__` does when a call starts."""
+    # Layer._clear_losses: what that call runs; nothing public clears `layer.losses`.
+    layer._clear_losses()
+
+
 def keras_mask(tensor):
     """The Keras mask attached to `tensor` (`Embedding(mask_zero=True)` attaches one), or
     None."""

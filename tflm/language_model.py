@@ -64,7 +64,8 @@ class LanguageModel(TokenWindowBuild, keras.Model):
     on TensorFlow even where Keras' `jit_compile="auto"` would not (a CPU), where the
     executor's per-op overhead dominates small evaluation steps
     (`TensorFlowBackend.make_test_function`); `zoo.train` sets it. Other backends compile
-    their steps already (JAX) or run eagerly (PyTorch).
+    their steps already (JAX) or run eagerly (PyTorch; with `jit_compile=True` its train
+    step's forward pass is compiled: `tflm.backends.torch_compiled_step`).
 
     Everything that differs between TensorFlow, JAX and PyTorch is behind
     `tflm.backends.current()`; `traced_steps` counts the Python executions of the train and

@@ -28,6 +28,9 @@ from tflm.data.pad_id import PAD_ID
 
 
 _PROMISE = threading.local()
+# Set from the start (in the importing thread): `torch.compile` guards on whether the
+# attribute exists, and its first promise would otherwise compile the forward again.
+_PROMISE.check = None
 
 
 @contextlib.contextmanager

@@ -315,3 +315,33 @@ def test_steps_per_execution_trains_as_single_steps(backend, tmp_path):
     assert four["valid_perplexity"] == pytest.approx(one["valid_perplexity"], rel=1e-6)
     assert four["test_perplexity"] == pytest.approx(one["test_perplexity"], rel=1e-6)
     assert four["history"][0]["train_steps"] == one["history"][0]["train_steps"] > 4
+
+
+def test_jit_compile_on_pytorch_trains_the_eager_run(tmp_path):
+    """`training.jit_compile=true` on PyTorch: the train step's forward pass compiled
+    (`tflm.backends.torch_compiled_step`, here with dynamo's "eager" backend), random
+    window lengths, dropouts off: the eager run's perplexities, the compiled model saved."""
+    no_dropout = [a for key in ("dropout", "dropout_h", "dropout_i", "dropout_e",
+                                "weight_dropout") for a in ("--set", f"model.{key}=0")]
+    out = run_in_backend("torch", f"""
+        import json, pathlib
+        from torch._dynamo.utils import counters
+        from tflm.backends import torch_compiled_step
+        from zoo import train
+        torch_compiled_step.BACKEND = "eager"
+        folder = pathlib.Path({str(tmp_path)!r})
+        runs = {{}}
+        for jit in ("false", "true"):
+            assert train.main(["--epochs", "1", "--out", str(folder / jit), *{TINY!r},
+                               *{no_dropout!r}, "--set", f"training.jit_compile={{jit}}"]) == 0
+            runs[jit] = json.loads((folder / jit / "metrics.json").read_text())
+        runs["graphs"] = counters["stats"]["unique_graphs"]
+        runs["breaks"] = sum(counters["graph_break"].values())
+        runs["saved"] = (folder / "true" / "final.keras").exists()
+        print(json.dumps(runs))
+    """)
+    runs = json.loads(out.strip().splitlines()[-1])
+    eager, compiled = runs["false"], runs["true"]
+    assert compiled["valid_perplexity"] == pytest.approx(eager["valid_perplexity"], rel=1e-4)
+    assert compiled["test_perplexity"] == pytest.approx(eager["test_perplexity"], rel=1e-4)
+    assert runs["breaks"] == 0 and 1 <= runs["graphs"] <= 2 and runs["saved"]

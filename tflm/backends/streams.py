@@ -37,8 +37,15 @@ class EagerStreamState:
         self._states = [(ops.stop_gradient(h), ops.stop_gradient(c)) for h, c in states]
 
     def ensure(self, batch_size):
-        """Nothing to size ahead: the next write sets the batch size."""
-        return False
+        """Hold zeros for `batch_size` streams unless it holds that many (what `read`
+        would give): a compiled step then always finds a state (`torch.compile` guards on
+        whether there is one). Returns True when it made them."""
+        states = self._states
+        if states is not None and int(ops.shape(states[0][0])[0]) == int(batch_size):
+            return False
+        self._states = [(ops.zeros((batch_size, n), "float32"),
+                         ops.zeros((batch_size, n), "float32")) for n in self.sizes]
+        return True
 
     def variables(self):
         return []

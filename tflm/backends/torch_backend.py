@@ -4,10 +4,11 @@ import keras
 import torch
 
 from tflm import compat
-from tflm.backends import (torch_host_copies, torch_layer_calls, torch_linear, torch_lstm,
-                           torch_mixture_target_log_probs)
+from tflm.backends import (torch_compiled_step, torch_host_copies, torch_layer_calls,
+                           torch_linear, torch_lstm, torch_mixture_target_log_probs)
 from tflm.backends.base import Backend, window_nll
 from tflm.backends.gradients import loss_scale, process_gradients
+from tflm.data.pad_id import PAD_ID
 
 
 class TorchBackend(Backend):
@@ -21,9 +22,9 @@ class TorchBackend(Backend):
     def train_step(self, model, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         model.zero_grad()
-        log_probs = model(x, training=True, targets=y)
-        loss, nll_sum, tokens = model.compute_lm_loss(y, log_probs, sample_weight, inputs=x,
-                                                      training=True)
+        forward = (torch_compiled_step.compiled_forward_and_loss if model.jit_compile
+                   else torch_compiled_step.forward_and_loss)
+        loss, nll_sum, tokens = forward(model, x, y, sample_weight)
         scaled = loss if loss_scale(model.optimizer) is None else model.optimizer.scale_loss(loss)
         scaled.backward()
         variables = model.trainable_variables
@@ -32,6 +33,36 @@ class TorchBackend(Backend):
             grads, norm = process_gradients(self, model, grads, variables, x, loss.detach())
             model.optimizer.apply(grads, variables)
         return model.update_lm_metrics(loss, nll_sum, tokens, grad_norm=norm)
+
+    def make_train_function(self, model, make, force=False):
+        """Keras' step function, run eagerly: with `jit_compile=True` its forward pass is
+        compiled inside `train_step` (`tflm.backends.torch_compiled_step`), where Keras
+        would compile the whole step around it."""
+        return _without_keras_compile(model, make, force)
+
+    def make_test_function(self, model, make, force=False):
+        """Keras' evaluation step, run eagerly (with `jit_compile=True` too)."""
+        return _without_keras_compile(model, make, force)
+
+    def is_concrete(self, tensor):
+        """False while `torch.compile` traces (`jit_compile=True`): values are unknown."""
+        return not torch.compiler.is_compiling()
+
+    def unpadded_check(self, model):
+        """While `torch.compile` traces: a device-side assertion (`compat.torch_assert_async`,
+        no wait for the device) that the tokens hold no `PAD_ID`. Eagerly none: the tokens
+        are concrete and `tflm.padding.padding_mask` looks at them."""
+        if not torch.compiler.is_compiling():
+            return None
+
+        def check(tokens):
+            compat.torch_assert_async(
+                torch.all(tokens != PAD_ID),
+                f"{type(model).__name__}.padded_windows is False but a training window "
+                f"holds padding (token id {PAD_ID}); set model.padded_windows = True for "
+                "padded windows.")
+
+        return check
 
     def picks_targets_in_training(self):
         """True: the mixture of softmaxes (MoS) trains on its targets' log-probabilities
@@ -55,6 +86,14 @@ class TorchBackend(Backend):
             h, tensor(log_prior), weight, None if bias is None else tensor(bias),
             tensor(targets))
 
+    def pick_targets(self, log_probs, targets):
+        """`torch.gather` on the last axis. Keras' `take_along_axis` broadcasts the two
+        shapes first, and traced by `torch.compile` that fixed the window's length in the
+        graph: every new length compiled a graph of its own (`torch_compiled_step`)."""
+        log_probs = keras.ops.convert_to_tensor(log_probs)
+        index = keras.ops.convert_to_tensor(targets).to(torch.int64)
+        return torch.gather(log_probs, -1, index.unsqueeze(-1)).squeeze(-1)
+
     def window_log_probs(self, model, tokens, states):
         """`forward_with_state` in evaluation mode without autograd's bookkeeping."""
         with torch.no_grad():
@@ -73,10 +112,15 @@ class TorchBackend(Backend):
     def uniform(self, shape, seed):
         """From a `SeedGenerator`: `keras.random.uniform`'s numbers, bit for bit, with the
         generator's seed kept on the host (`tflm.backends.torch_host_copies`: no device read and
-        no host-to-device copy per mask); the draw on the state's device. Other seeds, a
-        0-d shape, `torch.compile`'s tracing and the meta device: `keras.random.uniform`."""
+        no host-to-device copy per mask); the draw on the state's device. While
+        `torch.compile` traces (`jit_compile=True`), from PyTorch's generator in the graph
+        (`tflm.backends.torch_compiled_step`: not Keras' numbers). Other seeds, a 0-d shape
+        and the meta device: `keras.random.uniform`."""
         generator = self._host_seeded(shape, seed)
         if generator is None:
+            if _traced_draw(shape, seed):
+                return torch.rand(tuple(int(n) for n in shape), device=seed.state.value.device,
+                                  dtype=getattr(torch, keras.config.floatx()))
             return super().uniform(shape, seed)
         return torch.rand(tuple(int(n) for n in shape), generator=generator,
                           device=generator.device, dtype=getattr(torch, keras.config.floatx()))
@@ -85,6 +129,10 @@ class TorchBackend(Backend):
         """`keras.random.normal`'s numbers, bit for bit, seeded from the host as `uniform`."""
         generator = self._host_seeded(shape, seed)
         if generator is None:
+            if _traced_draw(shape, seed):
+                return torch.normal(0.0, 1.0, size=tuple(int(n) for n in shape),
+                                    device=seed.state.value.device,
+                                    dtype=getattr(torch, keras.backend.standardize_dtype(dtype)))
             return super().normal(shape, seed, dtype)
         return torch.normal(0.0, 1.0, size=tuple(int(n) for n in shape), generator=generator,
                             device=generator.device,
@@ -152,7 +200,7 @@ class TorchBackend(Backend):
         Python number into a tensor on the device at every call (`torch.as_tensor`, a copy
         from the host that waits for the GPU's queue), a dozen times in an AWD-LSTM step.
         The same tensor `Backend.constant` makes, bit for bit."""
-        if not isinstance(value, (bool, int, float)):
+        if not isinstance(value, (bool, int, float)) or torch.compiler.is_compiling():
             return super().constant(value, like)
         like = keras.ops.convert_to_tensor(like)  # a Keras variable's tensor
         key = (type(value), value, like.dtype, like.device)
@@ -221,6 +269,25 @@ class TorchBackend(Backend):
             cell, inputs, initial_state, mask, recurrent_kernel,
             return_sequences=return_sequences, go_backwards=go_backwards, unroll=unroll)
         return last, outputs, states, True
+
+
+def _without_keras_compile(model, make, force):
+    """Keras' `make(force)` with its `torch.compile` of the whole step left out."""
+    if not model.jit_compile:
+        return make(force)
+    model.jit_compile = False  # read by `make` alone, when it builds the function
+    try:
+        return make(force)
+    finally:
+        model.jit_compile = True
+
+
+def _traced_draw(shape, seed):
+    """Whether a draw from a `SeedGenerator` happens while `torch.compile` traces: then it
+    is drawn in the graph from PyTorch's generator (Keras' seeded draw is
+    `torch.compiler.disable`d, a graph break at every mask)."""
+    return (torch.compiler.is_compiling() and isinstance(seed, keras.random.SeedGenerator)
+            and len(shape) > 0)
 
 
 def _dense_float32(tensors):

@@ -31,7 +31,6 @@ would have run it unchanged:
                                              casts it)
     no tensor carrying a Keras mask          (else __call__ fills the `mask` argument)
     `training` passed when `call` takes it   (else __call__ takes it from the outer call)
-    not inside `torch.compile`'s tracing
 
 and `layer(*args, **kwargs)` otherwise. What a direct call leaves out is bookkeeping
 whose result tflm does not read: the input spec check (tflm's callers pass the shapes
@@ -39,9 +38,12 @@ whose result tflm does not read: the input spec check (tflm's callers pass the s
 arguments) and the name scope (variables are made in `build`). Losses a layer adds in
 `call` (`add_loss`) are kept as under `__call__`: the model's own call, the entry of the
 call context, clears them once per step either way.
+
+Under `torch.compile`'s tracing (`jit_compile=True`: `tflm.backends.torch_compiled_step`)
+the direct call also keeps the forward pass one graph: `Layer.__call__` binds a `CallSpec`
+with `inspect.Signature.bind`, where dynamo breaks the graph.
 """
 
-import functools
 import inspect
 
 import keras
@@ -52,9 +54,14 @@ from tflm import compat
 _SCALARS = (bool, int, float, str)
 
 
-@functools.lru_cache(maxsize=None)
+_TAKES_TRAINING = {}  # layer class -> whether its `call` takes `training`
+
+
 def _takes_training(cls):
-    return "training" in inspect.signature(cls.call).parameters
+    # a dict, not functools.lru_cache: dynamo traces through an lru_cache (and warns)
+    if cls not in _TAKES_TRAINING:
+        _TAKES_TRAINING[cls] = "training" in inspect.signature(cls.call).parameters
+    return _TAKES_TRAINING[cls]
 
 
 def _plain_value(value, dtype, positional):
@@ -74,7 +81,7 @@ def direct(layer, args, kwargs):
     """Whether `layer.call(*args, **kwargs)` gives what `layer(*args, **kwargs)` would."""
     if not layer.built or layer.activity_regularizer is not None:
         return False
-    if torch.compiler.is_compiling() or keras.distribution.distribution() is not None:
+    if keras.distribution.distribution() is not None:
         return False
     if not compat.keras_call_is_plain(layer):
         return False

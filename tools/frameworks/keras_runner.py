@@ -90,7 +90,8 @@ class PresetFit:
         self.training = dataclasses.replace(settings.training, fixed_windows=True)
         self.pad = pad_to_multiple(self.training)  # zoo.train's: 4 on JAX, else 1
         self.model = build_model(settings, vocab)
-        self.model.compile(optimizer=make_optimizer(self.training))
+        self.model.compile(optimizer=make_optimizer(self.training),
+                           jit_compile=self.training.jit_compile)
         self.model.build((None, None))
         set_window_shapes(self.model, self.training, self.pad)
         batch, bptt = self.training.batch_size, self.training.bptt

@@ -52,7 +52,7 @@ _TRAINING_RULES = (
      "a positive integer or null"),
     (("partial_shuffle", "fixed_windows", "pad_to_compiled_lengths"),
      lambda v: isinstance(v, bool), "true or false"),
-    (("xla_evaluation",), lambda v: isinstance(v, bool) or v == "auto",
+    (("xla_evaluation", "jit_compile"), lambda v: isinstance(v, bool) or v == "auto",
      '"auto", true or false'),
     (("eval_window",), lambda v: v in ("auto", "bptt") or is_integer(v) and v >= 1,
      '"auto" (long windows, same perplexity), "bptt" or a positive integer'),
@@ -165,7 +165,10 @@ class TrainingSettings:
     partial_shuffle (Press 2019), pad_to_multiple (None: 4 on JAX, else 1),
     pad_to_compiled_lengths (JAX), eval_window ("auto", "bptt" or a length),
     xla_evaluation ("auto", true, false), steps_per_execution (Keras' `compile` argument:
-    the windows a dispatch runs; on JAX in one program, `tflm.backends.scanned_steps`).
+    the windows a dispatch runs; on JAX in one program, `tflm.backends.scanned_steps`),
+    jit_compile (Keras' `compile` argument, "auto", true, false: on PyTorch true compiles
+    the train step's forward pass and loss, `tflm.backends.torch_compiled_step`; on
+    TensorFlow true is XLA; on JAX false runs eagerly).
     Optimisation: optimizer ("sgd", "asgd", "adam"; adam_beta_1, default 0.9), lr,
     learning_rate_multipliers,
     clip_norm, weight_decay, loss_reduction, flooding_level; averaging switch ("nonmono",
@@ -189,6 +192,7 @@ class TrainingSettings:
     eval_window: object = "auto"
     xla_evaluation: object = "auto"
     steps_per_execution: int = 1
+    jit_compile: object = "auto"
     optimizer: str = "sgd"
     adam_beta_1: float = 0.9
     lr: float = 30.0

@@ -234,7 +234,8 @@ class TrainingRun:
             return state
         self.model = model = build_model(self.settings, len(self.vocabulary))
         model.compile(optimizer=make_optimizer(self.training),
-                      steps_per_execution=self.training.steps_per_execution)
+                      steps_per_execution=self.training.steps_per_execution,
+                      jit_compile=self.training.jit_compile)
         model.build((None, None))
         set_training_word_counts(model, self.corpus.train, len(self.vocabulary))
         if init_from:

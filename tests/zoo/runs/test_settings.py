@@ -83,11 +83,21 @@ def test_an_unknown_top_level_key_is_refused():
                                              "object"),
     ("model.kind=gru", "unknown model.kind 'gru'; use one of awd_lstm, mogrifier, zaremba."),
     ("corpus.kind=gauss", "unknown synthetic corpus kind 'gauss' (corpus.kind)"),
+    ("training.jit_compile=yes", 'training.jit_compile must be "auto", true or false; '
+                                 "got 'yes'."),
 ])
 def test_a_value_of_the_wrong_type_is_refused(override, message):
     with pytest.raises(ConfigError) as err:
         _settings("synthetic", override)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("value, expected", [("true", True), ("false", False),
+                                             ("auto", "auto")])
+def test_jit_compile_reaches_the_training_settings(value, expected):
+    assert _settings("synthetic", f"training.jit_compile={value}").training.jit_compile \
+        == expected
+    assert _settings("synthetic", "corpus.seed=1").training.jit_compile == "auto"
 
 
 def test_what_presets_carry_is_accepted():
