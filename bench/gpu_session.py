@@ -26,34 +26,40 @@ or runs out of time is reported as such and the next one starts. By default
    where each step's time goes, kernels, idle share, memory.
 4. `torch`: the same for `awd_lstm_ptb`, Keras on PyTorch against salesforce main.py's step:
    the "Keras on PyTorch >= 1.0x" target at the preset's size.
-5. `torch-base`: Keras on PyTorch again, from `--carried/tree-base/` (a copy of tflm's tree
+5. `torch-compile`: the same with `--set training.jit_compile=true`: Keras on PyTorch with
+   the train step's forward pass and loss compiled by `torch.compile`
+   (`tflm.backends.torch_compiled_step`: cuDNN's LSTM one operator in the graph,
+   `tflm::lstm`, its backward a recomputation): does one compiled graph take the host's
+   work off the step, and what does the recomputed LSTM forward cost. Its compiles happen
+   in the warm-up steps.
+6. `torch-base`: Keras on PyTorch again, from `--carried/tree-base/` (a copy of tflm's tree
    at the commit before a change, e.g. `git archive BASE | tar -x -C .device/tree-base`),
    run from that tree: the change's A/B in one session. Left out where no tree is carried.
    The changes waiting for it: a backbone's layers called through `layer.call` on PyTorch
    (`tflm.backends.torch_layer_calls`), then the step's small updates made in place
    (`Backend.assign_add`, 1546ca5); BASE = 6174509, the commit before both.
-6. `mos`: `bench.reproductions.reference_curves` for `awd_lstm_mos_ptb` on the first 150,000
+7. `mos`: `bench.reproductions.reference_curves` for `awd_lstm_mos_ptb` on the first 150,000
    words of PTB (1 epoch, seeds 141 and 142; main.py's ms/batch every 20 batches) against
    zihangdai/mos's main.py with its per-batch `gc.collect()` skipped (`--reference-gc off`,
    the stricter comparison: the collections are no arithmetic): training words/s once warm
    (the steps after the first) and the GPU allocators' peaks. (The 60,000 words of the
    session of 2026-11-28 gave 72 warm steps, too few: seeds 37,259 / 47,859 words/s.)
-7. `torch-train`: `reference_curves` for `awd_lstm_ptb` with Keras on PyTorch, one epoch on
+8. `torch-train`: `reference_curves` for `awd_lstm_ptb` with Keras on PyTorch, one epoch on
    the first 200,000 words of PTB (seeds 141 and 142) against salesforce's main.py:
    `zoo.train`'s own loop (its batch hooks on Keras' worker thread, no wait at a step's
    end), training words/s once warm and the allocators' peaks.
-8. `f16`, `f32` and `bf16`: `zoo.train` for `awd_lstm_ptb` on JAX, 2 epochs of the full
+9. `f16`, `f32` and `bf16`: `zoo.train` for `awd_lstm_ptb` on JAX, 2 epochs of the full
    PTB, seed 141, under `mixed_float16` (with loss scaling; cuDNN's LSTM in float16: never
    measured on a GPU), float32 and `mixed_bfloat16` (last measured before the
    device-padding fix, against the `curves` stage's float32 run): the mixed-precision
    target's speed and perplexities side by side in one session, each against the float32
    run.
-9. `mos-head-torch`: `bench.heads.mos_targets --backend torch` on the GPU: an MoS head's
+10. `mos-head-torch`: `bench.heads.mos_targets --backend torch` on the GPU: an MoS head's
    training objective on Keras on PyTorch, the whole-window pick (what its train step runs
    at the preset's size) and the checkpointed chunks (past 1 GiB of logits,
    `tflm.backends.torch_mixture_target_log_probs`) against the batched mixture: time and
    the allocator's peak.
-10. `mos-profile-torch`: `bench.training.step_profile` for `awd_lstm_mos_ptb` on Keras on
+11. `mos-profile-torch`: `bench.training.step_profile` for `awd_lstm_mos_ptb` on Keras on
    PyTorch (its step picks the targets since 2026-12-07): where the step's time goes, beside
    the `mos-profile` stage's JAX and zihangdai/mos rows.
 
@@ -140,6 +146,11 @@ def stages(work, carried, small):
         "torch": (120, {}, [
             *profile, "--preset", "awd_lstm_ptb", "--backends", "torch", "--reference",
             str(salesforce), "--out", str(work / "torch"), *tiny], REPO),
+        "torch-compile": (240, {}, [
+            *profile, "--preset", "awd_lstm_ptb", "--backends", "torch", "--set",
+            "training.jit_compile=true", "--out", str(work / "torch-compile"), *tiny,
+            # --small: a short window, so Inductor compiles on a CPU within the stage's time
+            *(["--set", "training.bptt=12"] if small else [])], REPO),
         "torch-base": (90, base_env, [
             *profile, "--preset", "awd_lstm_ptb", "--backends", "torch",
             "--out", str(work / "torch-base"), *tiny], base),
@@ -198,8 +209,9 @@ def stages(work, carried, small):
 # 16.9 ms an AWD-LSTM step took, of which the GPU was busy 12.5, is what it saves), then
 # MoS's chunked training objective against the batched one (`mos-head`), the MoS step
 # against zihangdai/mos's, Keras on PyTorch at the AWD-LSTM preset's size against
-# main.py's step (and against the base tree's, where one is carried: the A/B of a change), a
-# longer warm MoS run, then Keras on PyTorch in `zoo.train`'s own loop.
+# main.py's step, eagerly and with its forward pass compiled (`torch-compile`; and against
+# the base tree's, where one is carried: the A/B of a change), a longer warm MoS run,
+# then Keras on PyTorch in `zoo.train`'s own loop.
 # `curves` and the `pad-*` stages ran in the sessions of 2026-11-28 (results/gpu_session.md).
 # Then, where time is left, the precisions in zoo.train (2 epochs each, seed 141):
 # mixed_float16 (loss scaling; cuDNN's LSTM in float16) never measured on a GPU, float32
@@ -207,8 +219,9 @@ def stages(work, carried, small):
 # head's training objective on Keras on PyTorch (`mos-head-torch`: the whole-window pick
 # and the checkpointed chunks against the batched mixture), then its whole step
 # (`mos-profile-torch`).
-DEFAULT_STAGES = ("info", "spe", "mos-head", "mos-profile", "torch", "torch-base", "mos",
-                  "torch-train", "f16", "f32", "bf16", "mos-head-torch", "mos-profile-torch")
+DEFAULT_STAGES = ("info", "spe", "mos-head", "mos-profile", "torch", "torch-compile",
+                  "torch-base", "mos", "torch-train", "f16", "f32", "bf16", "mos-head-torch",
+                  "mos-profile-torch")
 
 
 INFO = """
@@ -456,6 +469,8 @@ def report(folder):
     for stage, what in (("profile", "the AWD-LSTM preset"), ("mos-profile", "the MoS preset"),
                         ("mos-profile-torch", "the MoS preset, Keras on PyTorch"),
                         ("torch", "the AWD-LSTM preset, Keras on PyTorch"),
+                        ("torch-compile", "the AWD-LSTM preset, Keras on PyTorch, "
+                                          "jit_compile=True"),
                         ("torch-base", "the AWD-LSTM preset, Keras on PyTorch, base tree")):
         profile = _json(folder / stage / "step_profile.json")
         if profile:
@@ -509,6 +524,16 @@ def _torch_rows(folder):
                      f"{ours['words_per_s'] / theirs['words_per_s']:.2f}x; GPU idle "
                      f"{ours['idle_share']:.0%} / {theirs['idle_share']:.0%}",
                      ours["words_per_s"] >= theirs["words_per_s"]))
+    compiled = _profiled(folder, "torch-compile", "tflm, torch")
+    if compiled and theirs:
+        rows.append(("Keras on PyTorch with `jit_compile=True` (the forward pass compiled, "
+                     "`tflm.backends.torch_compiled_step`) >= 1.0x main.py at the AWD-LSTM "
+                     "preset's size (step_profile)",
+                     f"{compiled['words_per_s']:,.0f} / {theirs['words_per_s']:,.0f} words/s "
+                     f"= {compiled['words_per_s'] / theirs['words_per_s']:.2f}x; GPU idle "
+                     f"{compiled['idle_share']:.0%}; kernels a step "
+                     f"{compiled['kernels_per_step']:,.0f}",
+                     compiled["words_per_s"] >= theirs["words_per_s"]))
     for stage, preset in (("torch", ""), ("mogrifier-torch", ", the Mogrifier preset")):
         ours = _profiled(folder, stage, "tflm, torch")
         base = _profiled(folder, f"{stage}-base", "tflm, torch")

@@ -146,6 +146,8 @@ def test_the_torch_stages_give_the_target_and_the_a_b(tmp_path):
     _write(tmp_path / "torch" / "step_profile.json", {"rows": [
         _profile_row("tflm, torch", 20.0, 15.0, 70000.0),
         _profile_row(REFERENCE, 16.0, 12.0, 87500.0)]})
+    _write(tmp_path / "torch-compile" / "step_profile.json", {"rows": [
+        _profile_row("tflm, torch", 14.0, 13.0, 100000.0)]})
     _write(tmp_path / "torch-base" / "step_profile.json", {"rows": [
         _profile_row("tflm, torch", 30.0, 15.0, 46667.0)]})
     _write(tmp_path / "mos-profile" / "step_profile.json", {"rows": [
@@ -157,6 +159,11 @@ def test_the_torch_stages_give_the_target_and_the_a_b(tmp_path):
     assert ("70,000 / 87,500 words/s = 0.80x; GPU idle 25% / 25% | missed" in rows[
         "Keras on PyTorch >= 1.0x main.py at the AWD-LSTM preset's size (step_profile: one "
         "synchronized step)"])
+    assert rows["Keras on PyTorch with `jit_compile=True` (the forward pass compiled, "
+                "`tflm.backends.torch_compiled_step`) >= 1.0x main.py at the AWD-LSTM "
+                "preset's size (step_profile)"].endswith(
+        "| 100,000 / 87,500 words/s = 1.14x; GPU idle 7%; kernels a step 800 | met |")
+    assert "Keras on PyTorch, jit_compile=True (`torch-compile`" in text
     assert "20.00 / 30.00 ms a step = 1.50x the speed; GPU idle 25% / 50% | - |" in rows[
         "Keras on PyTorch, this tree against the base tree (an A/B)"]
     assert "Keras on PyTorch, the Mogrifier preset, this tree against the base tree (an A/B)" \
@@ -215,8 +222,9 @@ def test_the_default_stages_leave_the_a_b_out_without_a_base_tree(tmp_path, monk
     argv = ["--out", str(tmp_path / "out"), "--carried", str(carried), "--work",
             str(tmp_path / "work")]
     assert gpu_session.main(argv) == 0
-    assert ran == ["info", "spe", "mos-head", "mos-profile", "torch", "mos", "torch-train",
-                   "f16", "f32", "bf16", "mos-head-torch", "mos-profile-torch"]
+    assert ran == ["info", "spe", "mos-head", "mos-profile", "torch", "torch-compile", "mos",
+                   "torch-train", "f16", "f32", "bf16", "mos-head-torch",
+                   "mos-profile-torch"]
     _write(carried / "tree-base" / "zoo" / "train.py", "x")
     ran.clear()
     assert gpu_session.main(argv + ["--stages", "torch", "torch-base"]) == 0
