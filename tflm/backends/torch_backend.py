@@ -117,25 +117,20 @@ class TorchBackend(Backend):
         (`tflm.backends.torch_compiled_step`: not Keras' numbers). Other seeds, a 0-d shape
         and the meta device: `keras.random.uniform`."""
         generator = self._host_seeded(shape, seed)
-        if generator is None:
-            if _traced_draw(shape, seed):
-                return torch.rand(tuple(int(n) for n in shape), device=seed.state.value.device,
-                                  dtype=getattr(torch, keras.config.floatx()))
+        if generator is None and not _traced_draw(shape, seed):
             return super().uniform(shape, seed)
         return torch.rand(tuple(int(n) for n in shape), generator=generator,
-                          device=generator.device, dtype=getattr(torch, keras.config.floatx()))
+                          device=seed.state.value.device,
+                          dtype=getattr(torch, keras.config.floatx()))
 
     def normal(self, shape, seed, dtype="float32"):
-        """`keras.random.normal`'s numbers, bit for bit, seeded from the host as `uniform`."""
+        """`keras.random.normal`'s numbers, bit for bit, seeded from the host as `uniform`
+        (traced: from PyTorch's generator, as `uniform`)."""
         generator = self._host_seeded(shape, seed)
-        if generator is None:
-            if _traced_draw(shape, seed):
-                return torch.normal(0.0, 1.0, size=tuple(int(n) for n in shape),
-                                    device=seed.state.value.device,
-                                    dtype=getattr(torch, keras.backend.standardize_dtype(dtype)))
+        if generator is None and not _traced_draw(shape, seed):
             return super().normal(shape, seed, dtype)
         return torch.normal(0.0, 1.0, size=tuple(int(n) for n in shape), generator=generator,
-                            device=generator.device,
+                            device=seed.state.value.device,
                             dtype=getattr(torch, keras.backend.standardize_dtype(dtype)))
 
     def _host_seeded(self, shape, seed):
