@@ -41,7 +41,8 @@ def train(jit, sets):
 """
 
 
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+# aot_eager (the compiled backward) is slow-marked: the Inductor test covers that path too
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=pytest.mark.slow)])
 def test_the_compiled_forward_trains_the_eager_weights_in_one_graph(backend):
     result = run_counted(f"BACKEND, SETS = {backend!r}, {TINY + NO_DROPOUT!r}\n" + _TRAIN + """
 eager_model, eager = train(False, SETS)
