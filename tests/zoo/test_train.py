@@ -333,7 +333,8 @@ def test_jit_compile_on_pytorch_trains_the_eager_run(tmp_path):
         runs = {{}}
         for jit in ("false", "true"):
             assert train.main(["--epochs", "1", "--out", str(folder / jit), *{TINY!r},
-                               *{no_dropout!r}, "--set", f"training.jit_compile={{jit}}"]) == 0
+                               *{no_dropout!r}, "--set", "corpus.train_tokens=2000",
+                               "--set", f"training.jit_compile={{jit}}"]) == 0
             runs[jit] = json.loads((folder / jit / "metrics.json").read_text())
         runs["graphs"] = counters["stats"]["unique_graphs"]
         runs["breaks"] = sum(counters["graph_break"].values())

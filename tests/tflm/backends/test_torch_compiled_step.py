@@ -187,7 +187,7 @@ print("RESULT" + json.dumps({
 
 def test_the_loss_under_dropout_has_the_eager_distribution():
     """Every dropout at 0.5 and weights large enough for the masks to move the loss: the
-    compiled forward's losses over 300 windows of draws have the eager ones' mean and
+    compiled forward's losses over 150 windows of draws have the eager ones' mean and
     spread (the masks come from another generator, not another distribution)."""
     sets = ["model.embed_dim=6", "model.hidden_dim=7", "training.bptt=6",
             "training.batch_size=4", "model.dropout=0.5", "model.dropout_h=0.5",
@@ -208,7 +208,7 @@ for v in model.weights:
     v.assign(rng.normal(0.0, 0.7, v.shape).astype("float32"))
 x = torch.tensor(rng.integers(0, 40, (4, 6)), dtype=torch.int32)
 y = torch.tensor(rng.integers(0, 40, (4, 6)), dtype=torch.int32)
-n = 300
+n = 150
 compiled = [float(torch_compiled_step.compiled_forward_and_loss(model, x, y, None)[0])
             for _ in range(n)]
 eager = [float(torch_compiled_step.forward_and_loss(model, x, y, None)[0]) for _ in range(n)]
@@ -219,4 +219,4 @@ print("RESULT" + json.dumps({
     (c_mean, e_mean), (c_sd, e_sd), n = result["means"], result["sds"], result["n"]
     assert e_sd > 0.05 * e_mean  # the masks move the loss
     assert abs(c_mean - e_mean) < 4 * ((c_sd ** 2 + e_sd ** 2) / n) ** 0.5
-    assert 0.75 < c_sd / e_sd < 1.33  # the sd of a sample sd is about sd / sqrt(2 n)
+    assert 0.7 < c_sd / e_sd < 1.43  # the sd of a sample sd is about sd / sqrt(2 n)
