@@ -96,17 +96,11 @@ def fused_lstm(inputs, initial_h, initial_c, kernel, recurrent_kernel, bias,
         w_ih = _INFERENCE_TRANSPOSES.transposed(kernel)
         w_hh = _INFERENCE_TRANSPOSES.transposed(recurrent_kernel)
     params = [w_ih, w_hh, bias.to(dtype), zero_bias]
+    h0, c0 = initial_h.to(dtype), initial_c.to(dtype)
     if torch.compiler.is_compiling():  # the kernel whole in the graph, not unrolled
-        outputs, h, c = torch_lstm_op.lstm(inputs, initial_h.to(dtype),
-                                           initial_c.to(dtype), *params)
-        return outputs[:, -1], (outputs if return_sequences else outputs[:, -1:]), [h, c]
-    outputs, h, c = torch.lstm(
-        inputs, (initial_h.to(dtype)[None], initial_c.to(dtype)[None]), params,
-        True,                      # has_biases
-        1,                         # num_layers
-        0.0,                       # dropout
-        torch.is_grad_enabled(),   # train
-        False,                     # bidirectional
-        True)                      # batch_first
+        outputs, h, c = torch_lstm_op.lstm(inputs, h0, c0, *params)
+    else:
+        outputs, h, c = torch_lstm_op.run(inputs, h0, c0, *params,
+                                          train=torch.is_grad_enabled())
     last = outputs[:, -1]
-    return last, (outputs if return_sequences else last[:, None]), [h[0], c[0]]
+    return last, (outputs if return_sequences else last[:, None]), [h, c]

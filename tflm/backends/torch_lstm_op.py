@@ -23,9 +23,17 @@ from torch import Tensor
 from tflm import compat
 
 
-def _run(x, h0, c0, w_ih, w_hh, b_ih, b_hh, train):
-    outputs, h, c = torch.lstm(x, (h0[None], c0[None]), [w_ih, w_hh, b_ih, b_hh],
-                               True, 1, 0.0, train, False, True)
+def run(x, h0, c0, w_ih, w_hh, b_ih, b_hh, train):
+    """`(outputs, h_T, c_T)` of `torch.lstm` for one batch-first layer (the eager call of
+    `torch_lstm.fused_lstm`, and the one inside `lstm` and `lstm_backward`)."""
+    outputs, h, c = torch.lstm(
+        x, (h0[None], c0[None]), [w_ih, w_hh, b_ih, b_hh],
+        True,       # has_biases
+        1,          # num_layers
+        0.0,        # dropout
+        train,      # train
+        False,      # bidirectional
+        True)       # batch_first
     return outputs, h[0], c[0]
 
 
@@ -34,7 +42,7 @@ def lstm(x: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Te
          b_hh: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """`(outputs (B, T, n), h_T (B, n), c_T (B, n))` of one LSTM layer over x (B, T, in)."""
     with torch.no_grad():
-        outputs, h, c = _run(x, h0, c0, w_ih, w_hh, b_ih, b_hh, train=False)
+        outputs, h, c = run(x, h0, c0, w_ih, w_hh, b_ih, b_hh, train=False)
     # batch first, the kernel's outputs are a (T, B, n) buffer seen transposed: made
     # contiguous, the layout the graph is told (`_lstm_fake`) whatever the device
     return outputs.contiguous(), h, c
@@ -55,7 +63,7 @@ def lstm_backward(x: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: Tensor,
     three outputs: the forward run again under autograd, then `torch.autograd.grad`."""
     with compat.torch_autograd_inside_operator(), torch.enable_grad():
         leaves = [t.detach().requires_grad_() for t in (x, h0, c0, w_ih, w_hh, b_ih)]
-        outputs = _run(*leaves, b_hh.detach(), train=True)
+        outputs = run(*leaves, b_hh.detach(), train=True)
         grads = torch.autograd.grad(outputs, leaves, (d_outputs, d_h, d_c),
                                     allow_unused=True)
     # contiguous whatever the inputs' layouts, as `_lstm_backward_fake` tells the graph

@@ -67,8 +67,8 @@ Writes DIR/results.json and DIR/results.md and prints the table. Method:
 A backend whose package is not installed, or that cannot run the preset (GPU requested and
 none visible; a head the native peer does not implement), is reported as skipped with the
 reason; when no requested backend's package is installed, the command stops with a one-line
-error before it prepares anything. Importable: `run(argv)` returns the results dict; `tools.frameworks.report` has
-`format_table`, `markdown`, `plot_curves`, `flops_per_token`.
+error before it prepares anything. Importable: `run(argv)` returns the results dict;
+`tools.frameworks.report` has `format_table`, `markdown`, `plot_curves`, `flops_per_token`.
 """
 
 import argparse

@@ -35,7 +35,7 @@ def gradients(run, seed, uses):
     return [float(value)] + [g.detach().numpy() for g in torch.autograd.grad(value, leaves)]
 
 def reference(*t):
-    return torch_lstm_op._run(*t, train=True)
+    return torch_lstm_op.run(*t, train=True)
 
 def largest_difference(a, b):
     return max([abs(a[0] - b[0])] + [float(np.abs(x - y).max()) for x, y in zip(a[1:], b[1:])])
